@@ -1,0 +1,36 @@
+# Two commands a new user needs:  `make demo` (the main job) and `make test` (the suite).
+# Both build .venv on first use: the CPU build of torch first (pinned), then the package.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export NUMBA_THREADING_LAYER ?= workqueue
+
+.PHONY: test demo lint chromium bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium fonts-liberation >/dev/null)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check loader dashboard tests examples benchmarks
+	$(VENV)/bin/ruff format --check loader dashboard tests examples benchmarks
+	$(VENV)/bin/mypy
+
+test: $(STAMP) chromium lint
+	$(VENV)/bin/pytest -q
+
+demo: $(STAMP) chromium
+	$(VENV)/bin/elastic-loader demo
+
+bench: $(STAMP)
+	bash benchmarks/run.sh
+
+clean-venv:
+	rm -rf $(VENV)
