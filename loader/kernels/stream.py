@@ -1,0 +1,69 @@
+"""A rank's stream over its splits: always the owned split with the smallest cursor next.
+
+Taking from the split with the smallest cursor (ties: lowest index) emits the pairs
+(cursor, split) in lexicographic order, so the stream is a walk over cursor levels. That
+gives both kernels their shape: `_stream_take` walks levels to list the next rows, and
+`_advance` jumps over any number of rows with a binary search on the level, so a worker or
+a resumed rank starts at batch t in O(k log L) instead of replaying t batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from loader.kernels.config import njit
+
+
+@njit
+def _stream_take(
+    cursors: NDArray[np.int64], count: int, length: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The next `count` (split, cursor) pairs from `cursors`; splits are local indices."""
+    splits = np.empty(count, dtype=np.int64)
+    levels = np.empty(count, dtype=np.int64)
+    filled = 0
+    level = cursors.min()
+    while filled < count and level < length:
+        for s in range(cursors.shape[0]):
+            if cursors[s] <= level:
+                splits[filled] = s
+                levels[filled] = level
+                filled += 1
+                if filled == count:
+                    break
+        level += 1
+    return splits[:filled], levels[:filled]
+
+
+@njit
+def _rows_below(cursors: NDArray[np.int64], level: int, length: int) -> int:
+    """How many stream rows lie at levels below `level`."""
+    total = 0
+    for s in range(cursors.shape[0]):
+        top = min(level, length)
+        if top > cursors[s]:
+            total += top - cursors[s]
+    return total
+
+
+@njit
+def _advance(cursors: NDArray[np.int64], consumed: int, length: int) -> NDArray[np.int64]:
+    """Cursors after the stream from `cursors` has handed out `consumed` rows."""
+    lo = cursors.min()
+    hi = length
+    while lo < hi:  # largest level with _rows_below(level) <= consumed
+        mid = (lo + hi + 1) // 2
+        if _rows_below(cursors, mid, length) <= consumed:
+            lo = mid
+        else:
+            hi = mid - 1
+    level = lo
+    left = consumed - _rows_below(cursors, level, length)
+    out = np.empty_like(cursors)
+    for s in range(cursors.shape[0]):
+        out[s] = max(cursors[s], level)
+        if left > 0 and cursors[s] <= level < length:
+            out[s] = level + 1
+            left -= 1
+    return out

@@ -1,0 +1,59 @@
+"""Plain-Python twins of the kernels: slow, obvious, and what the kernels must equal."""
+
+from __future__ import annotations
+
+M64 = (1 << 64) - 1
+
+
+def mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def feistel(x: int, keys: list[int], half: int) -> int:
+    mask = (1 << half) - 1
+    left, right = x >> half, x & mask
+    for key in keys:
+        left, right = right, left ^ (mix(right ^ key) & mask)
+    return (left << half) | right
+
+
+def permutation(n: int, keys: list[int], half: int) -> list[int]:
+    """The whole bijection on [0, n), by cycle walking each slot."""
+    out = []
+    for i in range(n):
+        x = feistel(i, keys, half)
+        while x >= n:
+            x = feistel(x, keys, half)
+        out.append(x)
+    return out
+
+
+def epoch_order(n: int, clump: int, keys: list[int], half: int) -> list[int]:
+    """The full clump-shuffled order: clumps permuted, rows inside a clump kept in order."""
+    n_clumps = -(-n // clump)
+    order = []
+    for c in permutation(n_clumps, keys, half):
+        order.extend(range(c * clump, min((c + 1) * clump, n)))
+    return order
+
+
+def stream(cursors: list[int], length: int) -> list[tuple[int, int]]:
+    """The rank stream by its definition: repeatedly the smallest cursor, ties lowest index."""
+    cur = list(cursors)
+    out = []
+    while True:
+        live = [(c, s) for s, c in enumerate(cur) if c < length]
+        if not live:
+            return out
+        c, s = min(live)
+        out.append((s, c))
+        cur[s] += 1
+
+
+def advance(cursors: list[int], consumed: int, length: int) -> list[int]:
+    cur = list(cursors)
+    for s, _ in stream(cursors, length)[:consumed]:
+        cur[s] += 1
+    return cur

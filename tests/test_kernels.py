@@ -1,0 +1,101 @@
+"""Each kernel equals its plain-Python twin in tests/reference.py."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loader.kernels.permute import (
+    _order_positions,
+    _permute,
+    _unpermute,
+    half_bits_for,
+    mix64,
+    round_keys,
+)
+from loader.kernels.stream import _advance, _stream_take
+from loader.plan import PlanSpec
+from tests import reference
+
+seeds = st.integers(0, 2**63 - 1)
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_mix64_matches_twin(value: int) -> None:
+    assert mix64(value) == reference.mix(value)
+
+
+@settings(max_examples=200)
+@given(n=st.integers(1, 300), seed=seeds, epoch=st.integers(0, 50))
+def test_permute_is_the_twins_bijection(n: int, seed: int, epoch: int) -> None:
+    keys = round_keys(seed, epoch, n, 1)
+    half = half_bits_for(n)
+    want = reference.permutation(n, [int(k) for k in keys], half)
+    got = [_permute(i, n, keys, half) for i in range(n)]
+    assert got == want
+    assert sorted(got) == list(range(n))
+    assert [_unpermute(j, n, keys, half) for j in got] == list(range(n))
+
+
+@settings(max_examples=300)
+@given(
+    n=st.integers(1, 400),
+    clump=st.integers(1, 500),
+    seed=seeds,
+    epoch=st.integers(0, 9),
+    shuffle=st.booleans(),
+)
+def test_epoch_order_matches_twin(n: int, clump: int, seed: int, epoch: int, shuffle: bool) -> None:
+    """Covers N < C, C = 1, C >= N and a ragged last clump."""
+    plan = PlanSpec(n, 1, shuffle, seed, clump).epoch(epoch)
+    c = min(clump, n) if shuffle else n
+    keys = [int(k) for k in round_keys(seed, epoch, n, c)]
+    want = reference.epoch_order(n, c, keys, half_bits_for(-(-n // c)))
+    got = plan.order(np.arange(n, dtype=np.int64)).tolist()
+    assert got == want
+    if not shuffle:
+        assert got == list(range(n))
+
+
+@given(
+    n=st.integers(1, 300),
+    clump=st.integers(1, 64),
+    seed=seeds,
+    idx=st.lists(st.integers(0, 10**9), max_size=40),
+)
+def test_order_positions_any_indices(n: int, clump: int, seed: int, idx: list[int]) -> None:
+    """Random-access slices agree with the full order, whatever order they are asked in."""
+    plan = PlanSpec(n, 1, True, seed, clump).epoch(0)
+    full = plan.order(np.arange(n, dtype=np.int64))
+    pick = np.array([i % n for i in idx], dtype=np.int64)
+    assert plan.order(pick).tolist() == full[pick].tolist()
+
+
+cursor_cases = st.integers(1, 30).flatmap(
+    lambda length: st.tuples(
+        st.just(length), st.lists(st.integers(0, length), min_size=1, max_size=8)
+    )
+)
+
+
+@settings(max_examples=300)
+@given(case=cursor_cases, data=st.data())
+def test_stream_take_and_advance_match_twin(case: tuple[int, list[int]], data: st.DataObject) -> None:
+    length, cursors = case
+    full = reference.stream(cursors, length)
+    consumed = data.draw(st.integers(0, len(full)))
+    count = data.draw(st.integers(0, len(full) - consumed))
+    arr = np.array(cursors, dtype=np.int64)
+    after = _advance(arr, consumed, length)
+    assert after.tolist() == reference.advance(cursors, consumed, length)
+    if count:
+        splits, levels = _stream_take(after, count, length)
+        assert list(zip(splits.tolist(), levels.tolist(), strict=True)) == full[consumed : consumed + count]
+
+
+def test_order_positions_of_empty_selection() -> None:
+    plan = PlanSpec(10, 2, True, 1, 3).epoch(0)
+    clump, n_clumps, short_slot, short_len, half = plan._layout
+    out = _order_positions(np.empty(0, dtype=np.int64), clump, n_clumps, short_slot, short_len, plan._keys, half)
+    assert out.shape == (0,)
