@@ -1,0 +1,356 @@
+"""Checkpoint files: format, atomic writes, every bad-input case, SIGKILL mid-save, inspect.
+
+No loader needed: the state is built by hand in the documented shape (docs/internals.md).
+The rule under test is "refuse loudly, otherwise resume exactly": every damaged or foreign
+file raises a CheckpointError whose message contains the path; nothing else loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from loader import checkpoint
+from loader.checkpoint import CheckpointError, latest, load, save
+from loader.cli import main as cli_main
+from loader.inspect import print_inspect
+
+
+def make_state(num_splits: int = 8, epoch: int = 2, step: int = 10, **changes: Any) -> dict:
+    rows_per_split = 125
+    state = {
+        "format": "elastic-loader/state",
+        "format_version": 1,
+        "plan": {
+            "num_rows": num_splits * rows_per_split + 3,
+            "num_splits": num_splits,
+            "rows_per_split": rows_per_split,
+            "shuffle": True,
+            "shuffle_seed": 17,
+            "shuffle_clump_size": 4,
+            "filter": "label > 2",
+            "drop_last": False,
+        },
+        "source": {
+            "kind": "lancedb",
+            "uri": "/data/db",
+            "table": "items",
+            "version": 7,
+            "columns": ["id", "label"],
+            "fingerprint": None,
+        },
+        "epoch": epoch,
+        "cursors": [(3 * s) % 11 + step for s in range(num_splits)],
+        "skipped": 0,
+        "world_size": 4,
+        "step": step,
+    }
+    state.update(changes)
+    return state
+
+
+def assert_refused(path: Path, field: str | None = None, fragment: str = "") -> CheckpointError:
+    with pytest.raises(CheckpointError) as info:
+        load(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert fragment in message
+    if field is not None:
+        assert info.value.field == field
+        assert repr(field) in message
+    return info.value
+
+
+# ---------------------------------------------------------------- format
+
+
+def test_round_trip_and_layout(tmp_path: Path) -> None:
+    state = make_state()
+    path = save(state, tmp_path / "a.json")
+    assert load(path) == state
+    data = path.read_bytes()
+    envelope = orjson.loads(data)
+    assert list(envelope) == ["format", "format_version", "checksum", "payload"]
+    assert envelope["format"] == "elastic-loader/checkpoint"
+    assert envelope["format_version"] == 1
+    canonical = orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+    assert envelope["checksum"] == "sha256:" + hashlib.sha256(canonical).hexdigest()
+    assert data.endswith(b"}\n")
+    assert os.listdir(tmp_path) == ["a.json"]  # no temporary file left behind
+
+
+def test_checksum_covers_content_not_layout(tmp_path: Path) -> None:
+    """Reformatting the JSON (e.g. with jq) keeps the file loadable; changing a value does not."""
+    path = save(make_state(), tmp_path / "a.json")
+    pretty = orjson.dumps(orjson.loads(path.read_bytes()), option=orjson.OPT_INDENT_2)
+    path.write_bytes(pretty)
+    assert load(path) == make_state()
+
+
+def test_default_folder_and_latest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert latest() is None
+    first = save(make_state(epoch=1, step=5))
+    assert first == Path("checkpoints/loader-epoch0001-step00000005.json")
+    second = save(make_state(epoch=1, step=9), "checkpoints")
+    assert second == Path("checkpoints/loader-epoch0001-step00000009.json")
+    os.utime(first, ns=(1, 1))  # make the first one clearly older
+    (tmp_path / "checkpoints" / ".x.json.123.tmp").write_bytes(b"{")  # a killed writer's leftover
+    assert latest() == second
+    assert load(latest("checkpoints")) == make_state(epoch=1, step=9)  # type: ignore[arg-type]
+
+
+def test_torch_save_of_plain_state_keeps_working(tmp_path: Path) -> None:
+    import torch
+
+    state = make_state()
+    torch.save(state, tmp_path / "state.pt")
+    assert torch.load(tmp_path / "state.pt", weights_only=True) == state
+    # ...and our loader points a user who mixes the two up at torch.load.
+    assert_refused(tmp_path / "state.pt", None, "torch.load")
+
+
+def test_save_rejects_values_json_would_change(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    cursors: list[Any] = [1, np.int64(2), 3, 4, 5, 6, 7, 8]
+    with pytest.raises(CheckpointError, match=r"'payload\.cursors\[1\]'.*numpy"):
+        save(make_state(cursors=cursors), path)
+    with pytest.raises(CheckpointError, match=r"'payload\.plan\.ratio'.*nan"):
+        save(make_state(plan={**make_state()["plan"], "ratio": float("nan")}), path)
+    with pytest.raises(TypeError, match="state_dict"):
+        save(object(), path)  # type: ignore[arg-type]
+    assert not path.exists()
+
+
+# ---------------------------------------------------------------- atomicity
+
+
+def test_failed_rename_keeps_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save(make_state(epoch=1), tmp_path / "a.json")
+
+    def broken_replace(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space"):
+        save(make_state(epoch=2), path)
+    assert load(path) == make_state(epoch=1)
+    assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_fsyncs_file_then_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[bool] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.path.isdir(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", spy)
+    save(make_state(), tmp_path / "a.json")
+    assert synced == [False, True]
+
+
+_CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("ckpt", sys.argv[1])
+ckpt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ckpt)
+state = {"format": "elastic-loader/state", "format_version": 1,
+         "plan": {"num_splits": 300000}, "source": {}, "epoch": 0}
+for epoch in range(10**9):
+    state["epoch"] = epoch
+    state["cursors"] = [(epoch * 7 + s) % 1000 for s in range(300000)]
+    ckpt.save(state, sys.argv[2])
+"""
+
+
+def _kill_mid_save(folder: Path, target: Path) -> bool:
+    """Run a saver in a loop and SIGKILL it while a temporary file exists; True if it was."""
+    module = Path(checkpoint.__file__)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(module), str(target)])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and child.poll() is None:
+            if target.exists() and any(n.endswith(".tmp") for n in os.listdir(folder)):
+                child.send_signal(signal.SIGKILL)
+                break
+        else:
+            pytest.fail(f"the saver never got to a second save (exit status {child.poll()})")
+    finally:
+        child.kill()
+        child.wait()
+    return any(n.endswith(".tmp") for n in os.listdir(folder))
+
+
+def test_sigkill_during_save_leaves_previous_checkpoint_loadable(tmp_path: Path) -> None:
+    target = tmp_path / "big.json"
+    for _ in range(5):  # the kill lands mid-write nearly always; retry the rare miss
+        if _kill_mid_save(tmp_path, target):
+            break
+    else:
+        pytest.fail("could not kill the saver while it was writing")
+    state = load(target)  # the last complete save, never a torn one
+    epoch = state["epoch"]
+    assert state["cursors"] == [(epoch * 7 + s) % 1000 for s in range(300000)]
+    assert latest(tmp_path) == target  # the torn temporary file is not a candidate
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_truncated_at_every_length_is_refused(tmp_path: Path) -> None:
+    data = checkpoint.encode(make_state())
+    path = tmp_path / "cut.json"
+    for size in range(len(data) - 1):  # `data[:-1]` only drops the final newline: still whole
+        path.write_bytes(data[:size])
+        assert_refused(path)
+    path.write_bytes(data[: len(data) // 2])
+    assert_refused(path, None, "truncated")
+    path.write_bytes(b"")
+    assert_refused(path, None, "empty")
+
+
+def test_every_single_bit_flip_is_refused(tmp_path: Path) -> None:
+    data = checkpoint.encode(make_state())
+    path = tmp_path / "flip.json"
+    for bit in range(8 * len(data)):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        path.write_bytes(bytes(flipped))
+        try:
+            load(path)
+        except CheckpointError as exc:
+            assert str(path) in str(exc)
+        else:
+            pytest.fail(f"flipping bit {bit % 8} of byte {bit // 8} went unnoticed")
+
+
+def test_edited_value_fails_the_checksum(tmp_path: Path) -> None:
+    path = save(make_state(), tmp_path / "a.json")
+    path.write_bytes(path.read_bytes().replace(b'"epoch":2', b'"epoch":3'))
+    assert_refused(path, "checksum", "hashes to sha256:")
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "fragment"),
+    [
+        (b'{"hello": 1}', "format", "not an elastic-loader checkpoint"),
+        (b"[1, 2, 3]", None, "JSON an array"),
+        (b'"checkpoint"', None, "JSON a string"),
+        (b"\x00\x01\x02binary", None, "not valid JSON"),
+        (orjson.dumps(make_state()), "format", "bare loader state"),
+        (b'{"format": "elastic-loader/checkpoint", "format_version": 1}', "checksum", ""),
+        (
+            b'{"format": "elastic-loader/checkpoint", "format_version": 1, "checksum": "sha256:0"}',
+            "payload",
+            "missing",
+        ),
+        (
+            b'{"format": "elastic-loader/checkpoint", "format_version": "1", "checksum": "x"}',
+            "format_version",
+            "integer",
+        ),
+    ],
+    ids=[
+        "foreign-json",
+        "array",
+        "string",
+        "binary",
+        "bare-state",
+        "no-checksum",
+        "no-payload",
+        "version-str",
+    ],
+)
+def test_foreign_files_are_refused(
+    tmp_path: Path, content: bytes, field: str | None, fragment: str
+) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    assert_refused(path, field, fragment)
+
+
+def test_future_format_versions_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.json"
+    data = checkpoint.encode(make_state())
+    path.write_bytes(
+        data.replace(b'"format_version":1,"checksum"', b'"format_version":2,"checksum"')
+    )
+    assert_refused(path, "format_version", "upgrade elastic-loader")
+    path.write_bytes(checkpoint.encode(make_state(format_version=2)))
+    assert_refused(path, "payload.format_version", "upgrade elastic-loader")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"format": "something/else"}, "payload.format"),
+        ({"cursors": [1, 2, 3]}, "payload.cursors"),
+        ({"cursors": [1, 2, 3, -4, 5, 6, 7, 8]}, "payload.cursors[3]"),
+        ({"epoch": -1}, "payload.epoch"),
+        ({"plan": {"num_splits": 0}}, "payload.plan.num_splits"),
+        ({"source": None}, "payload.source"),
+    ],
+)
+def test_malformed_payload_with_valid_checksum_is_refused(
+    tmp_path: Path, changes: dict, field: str
+) -> None:
+    path = tmp_path / "odd.json"
+    path.write_bytes(checkpoint.encode(make_state(**changes)))
+    assert_refused(path, field)
+
+
+def test_missing_file_and_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "nope.json")):
+        load(tmp_path / "nope.json")
+    assert_refused(tmp_path, None, "latest(folder)")
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def test_inspect_prints_plan_source_progress_and_world_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cursors = [0, 10, 20, 30, 40, 50, 60, 125]
+    path = save(make_state(cursors=cursors), tmp_path / "a.json")
+    assert cli_main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    for expected in [
+        str(path),
+        "checksum ok",
+        "lancedb  /data/db",
+        "items, version 7 (pinned)",
+        "id, label",
+        "N=1,003 rows, S=8 splits x L=125 rows, shuffled, seed 17, clump 4",
+        "label > 2",
+        "epoch       2",
+        "cursor min 0 / median 35 / max 125 of 125 per split",
+        "read      335 rows, 33.5% of epoch, 1 of 8 splits finished",
+        "world sizes 1, 2, 4, 8 (those dividing S=8)",
+    ]:
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+
+
+def test_inspect_of_a_bad_file_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(checkpoint.encode(make_state())[:40])
+    assert print_inspect(path) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert str(path) in captured.err and "truncated" in captured.err
+    assert print_inspect(tmp_path / "missing.json") == 2
+    assert "missing.json" in capsys.readouterr().err
