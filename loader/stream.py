@@ -75,18 +75,21 @@ class RankStream:
         splits = owned_splits(rank, self.world_size, len(self.start))
         return np.asarray(self.start[splits.start : splits.stop], dtype=np.int64)
 
+    def task_rows(self, index: int) -> int:
+        """Rows in batch `index` (the last one may be short)."""
+        return min(self.batch_size, self.rows - index * self.batch_size)
+
     def task(self, index: int) -> BatchTask:
         """Batch `index` of this rank (0-based from the start of the stream)."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         done = index * self.batch_size
         cursors = _advance(self._own_start(self.rank), done, self.rows_per_split)
-        count = min(self.batch_size, self.rows - done)
-        return BatchTask(self.epoch, index, self.splits.start, tuple(cursors.tolist()), count)
+        return BatchTask(self.epoch, index, self.splits.start, tuple(cursors.tolist()), self.task_rows(index))
 
-    def cursors_after(self, batches: int) -> list[int]:
-        """The global cursor vector once every rank has yielded `batches` batches."""
-        done = min(batches * self.batch_size, self.rows)
+    def cursors_at(self, rows_done: int) -> list[int]:
+        """The global cursor vector once every rank has handed out `rows_done` rows."""
+        done = min(rows_done, self.rows)
         out: list[int] = []
         for rank in range(self.world_size):
             out.extend(_advance(self._own_start(rank), done, self.rows_per_split).tolist())

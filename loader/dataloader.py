@@ -1,0 +1,209 @@
+"""StreamingDataLoader: a torch DataLoader whose batches follow the elastic order.
+
+The loader samples `BatchTask`s, not row indices: the main process turns "batch t of
+this rank" into a small task (the rank's cursors before t, and a count), and whichever
+process reads it (the main one, or any worker) computes the rows from the plan alone. So
+the batch sequence is the same for any num_workers, workers share nothing, and the state
+is what the training loop received, never what workers prefetched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, Sampler
+
+from loader.dataset import StreamingDataset
+from loader.reader import BatchReader
+from loader.stream import BatchTask, RankStream
+
+_REFUSED = ("shuffle", "sampler", "batch_sampler")
+
+
+def _as_is(batch: Any) -> Any:
+    """Batches arrive collated from the reader; torch must not collate them again."""
+    return batch
+
+
+class _TaskSampler(Sampler[BatchTask]):
+    """Yields the tasks of the loader's current stream (lives in the main process only)."""
+
+    def __init__(self, loader: StreamingDataLoader) -> None:
+        self._loader = loader
+
+    def __iter__(self) -> Iterator[BatchTask]:
+        stream = self._loader._stream
+        assert stream is not None, "the loader starts a stream before torch asks for tasks"
+        return (stream.task(t) for t in range(stream.num_batches))
+
+    def __len__(self) -> int:
+        return self._loader._peek().num_batches
+
+
+class StreamingDataLoader(DataLoader[Any]):
+    """Batches of `batch_size` rows from a StreamingDataset, stateful and elastic.
+
+    Args:
+        dataset: the StreamingDataset of this rank.
+        batch_size: rows per batch on this rank (the global batch is W * batch_size).
+        num_workers: worker processes; they change nothing in what is yielded.
+        drop_last: drop this epoch's final short batch.
+        batch_transform: called on each batch dict inside the worker.
+        telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
+            ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
+        **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
+            prefetch_factor, multiprocessing_context, timeout, ...).
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        drop_last: bool = False,
+        *,
+        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
+        telemetry: str | None = None,
+        run_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(dataset, StreamingDataset):
+            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        refused = [k for k in _REFUSED if k in kwargs]
+        if refused:
+            raise ValueError(f"{refused} are decided by the plan (shuffle=/shuffle_seed= on the dataset)")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.streaming_dataset = dataset
+        self._rows_per_batch = batch_size
+        self._drop_last = drop_last
+        self._stream: RankStream | None = None
+        self._yielded = 0
+        self._started = False
+        reader = BatchReader(dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform)
+        kwargs.setdefault("collate_fn", _as_is)
+        super().__init__(reader, batch_size=None, sampler=_TaskSampler(self), num_workers=num_workers, **kwargs)
+        self._telemetry = self._connect(telemetry, run_id)
+
+    # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
+    # these report the loader's own values.
+    @property  # type: ignore[override]
+    def batch_size(self) -> int:
+        return self._rows_per_batch
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        if value is not None:
+            raise AttributeError("batch_size is fixed at construction")
+
+    @property  # type: ignore[override]
+    def drop_last(self) -> bool:
+        return self._drop_last
+
+    @drop_last.setter
+    def drop_last(self, value: Any) -> None:
+        if value is not False:
+            raise AttributeError("drop_last is fixed at construction")
+
+    def _peek(self) -> RankStream:
+        return self.streaming_dataset.peek_stream(self._rows_per_batch, self._drop_last)
+
+    def __len__(self) -> int:
+        """Batches this rank yields from the current position to the end of the epoch."""
+        return self._peek().num_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        ds = self.streaming_dataset
+        self._check_reader_version()
+        self._started = True
+        stream = ds.start_stream(self._rows_per_batch, self._drop_last)
+        self._stream, self._yielded = stream, 0
+        waited = time.perf_counter()
+        for batch in super().__iter__():
+            self._yielded += 1
+            ds.record(stream, min(self._yielded * self._rows_per_batch, stream.rows))
+            if self._telemetry is not None:
+                now = time.perf_counter()
+                self._telemetry.on_batch(stream.task_rows(self._yielded - 1), now - waited)
+            yield batch
+            waited = time.perf_counter()
+        ds.record(stream, stream.rows)
+        if self._telemetry is not None:
+            self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._yielded)
+
+    def _check_reader_version(self) -> None:
+        """A state loaded since construction may have re-pinned the dataset to another version."""
+        reader = self.dataset
+        assert isinstance(reader, BatchReader)
+        if reader.source is not self.streaming_dataset.source:
+            if self.persistent_workers and self.num_workers > 0 and self._started:
+                raise RuntimeError(
+                    "load_state_dict re-pinned the table version after persistent workers started; "
+                    "create the StreamingDataLoader after loading the state"
+                )
+            reader.source, reader.plan = self.streaming_dataset.source, self.streaming_dataset.plan
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """Batches handed to the training loop in the current iteration."""
+        return self._yielded
+
+    def state_dict(self) -> dict[str, Any]:
+        """Per-split cursors of the batches the training loop received; the same on every rank."""
+        return self.streaming_dataset.make_state(self._drop_last, self._yielded)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state` (any world size dividing num_splits); takes effect at the next `for`."""
+        before = state.get("world_size") if isinstance(state, dict) else None
+        self.streaming_dataset.load_state_dict(state, drop_last=self._drop_last)
+        self._stream, self._yielded = None, 0
+        if self._telemetry is not None:
+            self._telemetry.event(
+                "checkpoint_loaded",
+                world_size_before=before,
+                world_size_after=self.streaming_dataset.world_size,
+                step=state.get("step"),
+                epoch=state.get("epoch"),
+            )
+
+    def note_checkpoint_saved(self, path: str | None = None) -> None:
+        """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
+        if self._telemetry is not None:
+            self._telemetry.event("checkpoint_saved", path=path, step=self._yielded,
+                                  epoch=self.streaming_dataset.position()[0],
+                                  world_size=self.streaming_dataset.world_size)
+
+    # -- telemetry ----------------------------------------------------------------------
+
+    def _connect(self, url: str | None, run_id: str | None) -> Any:
+        from loader.telemetry import TelemetryClient
+
+        ds = self.streaming_dataset
+        static = {
+            "rank": ds.rank,
+            "local_rank": ds.world.local_rank,
+            "world_size": ds.world_size,
+            "num_workers": self.num_workers,
+            "num_splits": ds.num_splits,
+            "rows_per_split": ds.rows_per_split,
+            "batch_size": self._rows_per_batch,
+        }
+        client = TelemetryClient.from_settings(url, run_id, static)
+        if client is not None:
+            client.set_snapshot(self._snapshot)
+        return client
+
+    def _snapshot(self) -> dict[str, Any]:
+        ds = self.streaming_dataset
+        epoch, cursors = ds.position()
+        splits = ds.splits
+        return {
+            "epoch": epoch,
+            "step": self._yielded,
+            "splits": [splits.start, splits.stop],
+            "cursors": list(cursors[splits.start : splits.stop]),
+        }

@@ -1,0 +1,102 @@
+"""Reading one batch: task → plan positions → one sorted read → tensors in stream order.
+
+The reader is what DataLoader workers run. It holds only picklable descriptions and opens
+the source lazily in whichever process first reads (Lance is not fork-safe, so a handle
+opened in the parent is never used in a child).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+from torch.utils.data import Dataset, default_collate
+
+from loader.convert import table_to_batch
+from loader.plan import EpochPlan, PlanSpec
+from loader.sources import ResolvedSource, RowSource
+from loader.stream import BatchTask, task_order_indices
+
+OnError = Literal["raise", "skip", "warn"]
+ON_ERROR: tuple[str, ...] = ("raise", "skip", "warn")
+
+
+class BatchReader(Dataset[dict[str, Any]]):
+    """Map-style dataset whose keys are `BatchTask`s and whose items are batches."""
+
+    def __init__(
+        self,
+        source: ResolvedSource,
+        plan: PlanSpec,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        on_error: OnError = "raise",
+        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}; expected one of {list(ON_ERROR)}")
+        self.source = source
+        self.plan = plan
+        self.transform = transform
+        self.on_error = on_error
+        self.batch_transform = batch_transform
+        self._opened: RowSource | None = None
+        self._pid = -1
+        self._epoch_plan: EpochPlan | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_opened"], state["_pid"], state["_epoch_plan"] = None, -1, None
+        return state
+
+    def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
+        raise TypeError("BatchReader is indexed by BatchTask; ask the loader for its length")
+
+    def _rows(self) -> RowSource:
+        if self._opened is None or self._pid != os.getpid():
+            self._opened = self.source.spec.open()
+            self._pid = os.getpid()
+        return self._opened
+
+    def _plan_of(self, epoch: int) -> EpochPlan:
+        if self._epoch_plan is None or self._epoch_plan.epoch != epoch:
+            self._epoch_plan = self.plan.epoch(epoch)
+        return self._epoch_plan
+
+    def positions(self, task: BatchTask) -> NDArray[np.int64]:
+        """Table positions of a task's rows, in stream order."""
+        order_idx = task_order_indices(task, self.plan.rows_per_split)
+        positions = self._plan_of(task.epoch).order(order_idx)
+        rows = self.source.rows
+        return positions if rows is None else rows[positions]
+
+    def read(self, positions: NDArray[np.int64]) -> tuple[pa.Table, NDArray[np.int64]]:
+        """One read in ascending position order, and the order that restores the request."""
+        ascending = np.argsort(positions, kind="stable")
+        table = self._rows().take(positions[ascending])
+        restore = np.empty_like(ascending)
+        restore[ascending] = np.arange(len(ascending))
+        return table, restore
+
+    def __getitem__(self, task: BatchTask) -> Any:
+        table, restore = self.read(self.positions(task))
+        batch = self._rows_through_transform(table, restore) if self.transform else table_to_batch(table, restore)
+        return self.batch_transform(batch) if self.batch_transform else batch
+
+    def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:
+        """The per-row path, only when the user asked for a per-row transform."""
+        assert self.transform is not None
+        out = []
+        for row in table.take(pa.array(restore)).to_pylist():
+            try:
+                out.append(self.transform(row))
+            except Exception as err:
+                if self.on_error == "raise":
+                    raise
+                if self.on_error == "warn":
+                    warnings.warn(f"transform failed on a row, skipped: {err!r}", stacklevel=2)
+        return default_collate(out) if out else {}
