@@ -1,0 +1,79 @@
+"""Read side: runs and, per run, placement, progress, throughput, events and timeline.
+
+Handlers return orjson bytes: the `response_model`s document the JSON in OpenAPI without
+re-validating thousands of samples on every 1-second dashboard refresh.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Response
+
+from dashboard.collector import views
+from dashboard.collector.deps import RunDep, StoreDep, TokenDep
+from dashboard.collector.models import (
+    EventsPublic,
+    PlacementPublic,
+    ProgressPublic,
+    RunPublic,
+    RunsPublic,
+    ThroughputPublic,
+    TimelinePublic,
+)
+
+router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[TokenDep])
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _listing(data: list[dict[str, Any]]) -> Response:
+    return _json({"data": data, "count": len(data)})
+
+
+@router.get("", response_model=RunsPublic)
+def list_runs(store: StoreDep) -> Response:
+    return _listing(store.runs())
+
+
+@router.get("/{run_id}", response_model=RunPublic)
+def get_run(run: RunDep) -> Response:
+    return _json(run)
+
+
+@router.get("/{run_id}/placement", response_model=PlacementPublic)
+def get_placement(run: RunDep, store: StoreDep) -> Response:
+    return _json(views.placement(store, run))
+
+
+@router.get("/{run_id}/progress", response_model=ProgressPublic)
+def get_progress(run: RunDep, store: StoreDep) -> Response:
+    return _json(views.progress(store, run))
+
+
+@router.get("/{run_id}/throughput", response_model=ThroughputPublic)
+def get_throughput(
+    run: RunDep,
+    store: StoreDep,
+    window_s: Annotated[float, Query(gt=0, le=30 * 86400)] = 300.0,
+    points: Annotated[int, Query(ge=1, le=views.MAX_POINTS)] = 120,
+) -> Response:
+    return _json(views.throughput(store, run, window_s, points))
+
+
+@router.get("/{run_id}/events", response_model=EventsPublic)
+def get_events(
+    run: RunDep,
+    store: StoreDep,
+    kind: Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_]{0,31}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    return _listing(store.events(run["run_id"], kind, limit))
+
+
+@router.get("/{run_id}/timeline", response_model=TimelinePublic)
+def get_timeline(run: RunDep, store: StoreDep) -> Response:
+    return _listing(views.timeline(store, run))

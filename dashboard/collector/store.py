@@ -1,0 +1,225 @@
+"""Events on disk: SQLite in WAL mode, one writer connection, one reader per thread.
+
+Progress events (one per rank per second) become narrow `samples` rows plus a 10-second
+`rollup`, so a whole hour of 64 ranks is drawn from ~23k rollup rows instead of 230k
+samples; the rank's latest position goes to `ranks`. Discrete events (checkpoints, resumes,
+epoch ends) are kept whole in `events`. WAL lets the dashboard read while ranks write, and
+`synchronous=NORMAL` trades the last few events on power loss for ingest speed: telemetry
+is lossy by design.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from dashboard.collector.models import EventIn
+
+ROLLUP_S = 10
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, first_ts REAL, last_ts REAL, num_splits INTEGER,
+  rows_per_split INTEGER, batch_size INTEGER, world_size INTEGER, world_since REAL,
+  prev_world_size INTEGER, events INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS ranks (
+  run_id TEXT, world_size INTEGER, rank INTEGER, ts REAL, host TEXT, local_rank INTEGER,
+  num_workers INTEGER, epoch INTEGER, step INTEGER, lo INTEGER, hi INTEGER, cursors BLOB,
+  rows_per_s REAL, PRIMARY KEY (run_id, world_size, rank)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS samples (
+  run_id TEXT, rank INTEGER, ts REAL, step INTEGER, rows INTEGER, batches INTEGER,
+  wait_s REAL, interval_s REAL);
+CREATE INDEX IF NOT EXISTS samples_run_ts ON samples (run_id, ts);
+CREATE TABLE IF NOT EXISTS rollup (
+  run_id TEXT, rank INTEGER, bucket INTEGER, rows INTEGER, batches INTEGER, wait_s REAL,
+  interval_s REAL, PRIMARY KEY (run_id, bucket, rank)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY, run_id TEXT, ts REAL, kind TEXT, rank INTEGER, world_size INTEGER,
+  epoch INTEGER, step INTEGER, data BLOB);
+CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
+"""
+
+UPSERT_RUN = """
+INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
+  world_size, world_since, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
+  last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
+  rows_per_split = excluded.rows_per_split,
+  batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
+"""
+# A new world size starts a generation only if it is newer than the current one began:
+# a late event of the old world must not flip the placement back.
+NEW_WORLD = """
+UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
+WHERE run_id = ? AND world_size != ? AND world_since < ?
+"""
+UPSERT_RANK = """
+INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
+  local_rank = excluded.local_rank, num_workers = excluded.num_workers,
+  epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
+  hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
+  rows_per_s = excluded.rows_per_s WHERE excluded.ts >= ranks.ts
+"""
+INSERT_SAMPLE = "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+UPSERT_ROLLUP = """
+INSERT INTO rollup VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
+  batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
+  interval_s = interval_s + excluded.interval_s
+"""
+INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data) "
+INSERT_EVENT += "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+class Store:
+    """The collector's only access to SQLite; methods return plain rows and dicts."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._write = _connect(self.path)
+        self._write.executescript(SCHEMA)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+
+    def _read(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _connect(self.path)
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
+    def query(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        return self._read().execute(sql, args).fetchall()
+
+    def ingest(self, events: Sequence[EventIn]) -> int:
+        """Store one batch in one transaction: all of it or (on error) none of it."""
+        runs: dict[str, list[Any]] = {}
+        last_world: dict[str, int] = {}
+        worlds, ranks, samples, rollup, discrete = [], [], [], [], []
+        for e in sorted(events, key=lambda e: e.ts):
+            run = runs.get(e.run_id)
+            if run is None:
+                runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
+                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0]
+                run = runs[e.run_id]
+            run[2], run[8] = e.ts, run[8] + 1
+            if last_world.get(e.run_id) != e.world_size:
+                last_world[e.run_id] = e.world_size
+                worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
+            if e.kind != "progress":
+                data = orjson.dumps(e.data)
+                discrete.append(
+                    (e.run_id, e.ts, e.kind, e.rank, e.world_size, e.epoch, e.step, data)
+                )
+                continue
+            lo, hi = e.splits if e.splits else (None, None)
+            cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
+            where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
+            ranks.append((*where, e.epoch, e.step, lo, hi, cursors, e.rows_per_s))
+            row = (e.rows, e.batches, e.wait_s, e.interval_s)
+            samples.append((e.run_id, e.rank, e.ts, e.step, *row))
+            rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
+        with self._lock:
+            conn = self._write
+            conn.execute("BEGIN")
+            try:
+                conn.executemany(UPSERT_RUN, list(runs.values()))
+                conn.executemany(NEW_WORLD, worlds)
+                conn.executemany(UPSERT_RANK, ranks)
+                conn.executemany(INSERT_SAMPLE, samples)
+                conn.executemany(UPSERT_ROLLUP, rollup)
+                conn.executemany(INSERT_EVENT, discrete)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(events)
+
+    def count(self) -> int:
+        """Events stored: every progress sample plus every discrete event."""
+        row = self.query("SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM events)")
+        return int(row[0][0])
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self.query(
+            "SELECT r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id "
+            "AND k.world_size = r.world_size) AS ranks FROM runs r ORDER BY last_ts DESC"
+        )
+        return [dict(row) for row in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+
+    def ranks(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
+        rows = self.query(
+            "SELECT * FROM ranks WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            run_id,
+            world_size,
+        )
+        out = []
+        for row in rows:
+            rank = dict(row)
+            for key in ("run_id", "lo", "hi"):
+                del rank[key]
+            rank["splits"] = [row["lo"], row["hi"]] if row["lo"] is not None else []
+            rank["cursors"] = orjson.loads(row["cursors"]) if row["cursors"] else None
+            out.append(rank)
+        return out
+
+    def series(self, run_id: str, since: float, bucket_s: int) -> list[sqlite3.Row]:
+        """Per rank and time bucket: rows, batches, wait and covered seconds, summed.
+
+        Buckets of at least `ROLLUP_S` read the rollup (10× fewer rows); finer ones the
+        samples, which a live view only asks for over the last minutes.
+        """
+        sums = "sum(rows) AS rows, sum(batches) AS batches, sum(wait_s) AS wait_s, "
+        sums += "sum(interval_s) AS interval_s"
+        if bucket_s >= ROLLUP_S:
+            k = bucket_s // ROLLUP_S
+            return self.query(
+                f"SELECT rank, (bucket / ?) * ? AS t, {sums} FROM rollup "
+                "WHERE run_id = ? AND bucket >= ? GROUP BY t, rank ORDER BY t, rank",
+                k,
+                k * ROLLUP_S,
+                run_id,
+                int(since // ROLLUP_S),
+            )
+        return self.query(
+            f"SELECT rank, CAST(ts / ? AS INTEGER) * ? AS t, {sums} FROM samples "
+            "WHERE run_id = ? AND ts >= ? GROUP BY t, rank ORDER BY t, rank",
+            bucket_s,
+            bucket_s,
+            run_id,
+            since,
+        )
+
+    def events(self, run_id: str, kind: str | None, limit: int) -> list[dict[str, Any]]:
+        sql = "SELECT kind, ts, rank, world_size, epoch, step, data FROM events WHERE run_id = ?"
+        args: list[Any] = [run_id]
+        if kind:
+            sql += " AND kind = ?"
+            args.append(kind)
+        rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
+        return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in [self._write, *self._readers]:
+                conn.close()
+            self._readers.clear()

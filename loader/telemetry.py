@@ -1,0 +1,260 @@
+"""Telemetry client: a rank reports where it is to the dashboard's collector.
+
+The training loop only ever touches `on_batch` (three additions under an uncontended lock)
+and `event` (a non-blocking put on a bounded queue). A daemon thread wakes about once a
+second, folds the counters into one `progress` event, drains the queue and POSTs the batch
+with orjson over stdlib `urllib`. The trade-off is deliberate: telemetry is lossy. When the
+collector is down, slow or refusing, events are dropped with one `TelemetryWarning`, the
+sender backs off, and the job never waits: that is worth more than a complete record.
+
+Wire format (validated by `dashboard/collector/models.py`): `POST {url}/api/events` with
+`{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
+(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
+`kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
+the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
+kind-specific fields of `event(kind, **fields)`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+__all__ = ["ENV_RUN_ID", "ENV_TOKEN", "ENV_URL", "TelemetryClient", "TelemetryWarning"]
+
+ENV_URL = "ELASTIC_LOADER_TELEMETRY"
+ENV_RUN_ID = "ELASTIC_LOADER_RUN_ID"
+ENV_TOKEN = "ELASTIC_LOADER_TELEMETRY_TOKEN"
+INGEST_PATH = "/api/events"
+
+STATIC_KEYS = (
+    "host",
+    "rank",
+    "local_rank",
+    "world_size",
+    "num_workers",
+    "num_splits",
+    "rows_per_split",
+    "batch_size",
+)
+# Fields of `event(kind, **fields)` that describe the position and go to the top level.
+POSITION_KEYS = ("epoch", "step", "splits", "cursors")
+
+Snapshot = Callable[[], Mapping[str, Any]]
+logger = logging.getLogger(__name__)
+
+
+class TelemetryWarning(RuntimeWarning):
+    """Issued once per client when events start being dropped; filter it to silence it."""
+
+
+def _default_run_id(static: Mapping[str, Any]) -> str:
+    """One id that every torchrun rank of a job computes alike, without talking."""
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if elastic and elastic != "none":
+        return elastic
+    port = os.environ.get("MASTER_PORT")
+    host = os.environ.get("MASTER_ADDR") or str(static.get("host") or socket.gethostname())
+    return f"{host}-{port}" if port else f"{host}-{os.getpid()}"
+
+
+def _field(value: Any) -> Any:
+    """A JSON scalar or list of ints, whatever the loader passed (numpy ints, Paths, ...)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
+    if callable(tolist):
+        value = tolist()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+    if isinstance(value, (list, tuple, range)) and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]
+    return str(value)
+
+
+def _position(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
+    """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
+    out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
+    for key in ("epoch", "step"):
+        if key in out:
+            out[key] = int(out[key])
+    splits, cursors = out.get("splits"), out.get("cursors")
+    if splits is not None:
+        lo, hi = int(splits[0]), int(splits[1])
+        out["splits"] = [lo, hi]
+        if cursors is not None and len(cursors) == num_splits and hi - lo != num_splits:
+            out["cursors"] = [int(c) for c in cursors[lo:hi]]
+    if out.get("cursors") is not None:
+        out["cursors"] = [int(c) for c in out["cursors"]]
+    return out
+
+
+class TelemetryClient:
+    """Background, lossy reporter of one rank's progress (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        static: Mapping[str, Any],
+        *,
+        token: str | None = None,
+        interval_s: float = 1.0,
+        timeout_s: float = 1.0,
+        max_queue: int = 1024,
+    ) -> None:
+        self.endpoint = url.rstrip("/") + INGEST_PATH
+        self.run_id = run_id
+        self.static = {k: static[k] for k in STATIC_KEYS if k in static}
+        self.static.setdefault("host", socket.gethostname())
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.sent = 0
+        self.dropped = 0
+        # No proxies: a cluster-local collector reached through $http_proxy would be a surprise.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
+        self._lock = threading.Lock()
+        self._rows = 0
+        self._batches = 0
+        self._wait_s = 0.0
+        self._last_tick = time.monotonic()
+        self._snapshot: Snapshot | None = None
+        self._warned = False
+        self._retry_at = 0.0
+        self._backoff_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_settings(
+        cls, url: str | None, run_id: str | None, static: Mapping[str, Any]
+    ) -> TelemetryClient | None:
+        """The loader's entry point: arguments win, then the environment; None means off."""
+        url = url or os.environ.get(ENV_URL) or None
+        if url is None:
+            return None
+        run_id = run_id or os.environ.get(ENV_RUN_ID) or _default_run_id(static)
+        return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
+
+    def set_snapshot(self, fn: Snapshot) -> None:
+        """`fn()` is called on the sender thread; it must be cheap and not raise."""
+        self._snapshot = fn
+
+    def on_batch(self, rows: int, wait_s: float) -> None:
+        """Count one batch handed to the training loop and how long the loop waited."""
+        with self._lock:
+            self._rows += rows
+            self._batches += 1
+            self._wait_s += wait_s
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Queue a discrete event (e.g. `checkpoint_loaded`); dropped if the queue is full."""
+        ev = self._base(kind, time.time())
+        position = {k: fields.pop(k) for k in POSITION_KEYS if k in fields}
+        ev.update(_position(position, self.static.get("num_splits")))
+        ev["data"] = {str(k): _field(v) for k, v in fields.items()}
+        self._offer(ev)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _base(self, kind: str, ts: float) -> dict[str, Any]:
+        return {"run_id": self.run_id, "kind": kind, "ts": ts, **self.static}
+
+    def _offer(self, ev: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(ev)
+        except queue.Full:
+            self.dropped += 1
+
+    def _progress(self) -> dict[str, Any]:
+        """Fold the counters since the last tick into one `progress` event."""
+        now = time.monotonic()
+        with self._lock:
+            rows, batches, wait_s = self._rows, self._batches, self._wait_s
+            self._rows, self._batches, self._wait_s = 0, 0, 0.0
+        interval = max(now - self._last_tick, 1e-6)
+        self._last_tick = now
+        ev = self._base("progress", time.time())
+        ev.update(rows=rows, batches=batches, wait_s=wait_s, interval_s=interval)
+        ev["rows_per_s"] = rows / interval
+        if self._snapshot is not None:
+            try:
+                ev.update(_position(self._snapshot(), self.static.get("num_splits")))
+            except Exception:  # a snapshot racing the loader must not kill the thread
+                logger.debug("telemetry snapshot failed", exc_info=True)
+        return ev
+
+    def _drain(self) -> list[dict[str, Any]]:
+        events = [self._progress()]
+        with contextlib.suppress(queue.Empty):
+            while True:
+                events.append(self._queue.get_nowait())
+        return events
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self._send(self._drain())
+            self._send(self._drain(), final=True)
+        except Exception:  # e.g. `-W error` turning the warning into an exception
+            logger.exception("telemetry sender stopped; events are dropped from now on")
+
+    def _send(self, events: list[dict[str, Any]], final: bool = False) -> None:
+        if not final and time.monotonic() < self._retry_at:
+            self.dropped += len(events)
+            return
+        body = orjson.dumps({"events": events})
+        request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                response.read()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            self._failed(len(events), exc)
+            return
+        self.sent += len(events)
+        self._backoff_s = self.interval_s
+        self._retry_at = 0.0
+
+    def _failed(self, n: int, exc: BaseException) -> None:
+        """Drop, warn the first time only, back off (to 30 s) so a dead collector costs nothing."""
+        self.dropped += n
+        self._retry_at = time.monotonic() + self._backoff_s
+        self._backoff_s = min(2 * self._backoff_s, 30.0)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"elastic-loader telemetry: cannot reach {self.endpoint} ({exc}); "
+                "dropping events from now on, training continues",
+                TelemetryWarning,
+                stacklevel=2,
+            )
