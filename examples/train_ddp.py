@@ -1,0 +1,355 @@
+"""Train the 561 → 1024 → 1024 → 6 MLP with DDP, reading through elastic-loader.
+
+Run it under torchrun (one machine or many)::
+
+    torchrun --standalone --nproc-per-node 4 examples/train_ddp.py --epochs 5
+
+or let it start its own ranks on this machine (``--nproc 4``), as ``main_job.py`` does.
+
+Why the runs at W = 1, 2, 4 end with the same weights:
+
+* the loader gives global batch t the same rows for every W that divides ``num_splits``
+  (each rank takes G / W of them), so only the split of the work changes;
+* each rank takes the mean loss over its G / W rows and DDP averages the gradients over
+  the W ranks: with equal per-rank batches that is the mean over the global batch, the
+  same update as one rank computing it alone. The sums are done in a different order,
+  which in float32 leaves ~1e-6 differences and in float64 ~1e-15 (``--dtype float64``);
+* the starting weights come from one seed, and DDP broadcasts rank 0's copy anyway.
+
+Checkpoints (``--checkpoint-every k``) hold the model, the optimizer, the loader state
+(``loader.checkpoint``, per split so any W can resume it) and a ledger of which rows
+trained the model in each epoch, so a resumed run can show every row was used once.
+``--crash-at-step K --crash-rank R`` makes rank R SIGKILL itself after step K: a real
+crash at a known place, not a race between a timer and the training loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from har_data import FEATURES, LABEL, ROW_ID, TableSpec, default_spec, ensure_synthetic  # noqa: E402
+from har_data import load_test_set, open_table  # noqa: E402
+from progress import ProgressBar  # noqa: E402
+
+from loader import StreamingDataLoader, StreamingDataset  # noqa: E402
+from loader.checkpoint import load as load_loader_state  # noqa: E402
+from loader.checkpoint import save as save_loader_state  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one run needs; pickled to every rank, so plain values only."""
+
+    db: str
+    train_table: str = "har_train"
+    test_table: str = "har_test"
+    epochs: int = 5
+    global_batch: int = 256
+    num_splits: int = 8
+    lr: float = 0.05
+    dtype: str = "float32"
+    seed: int = 0
+    shuffle_seed: int = 0
+    num_workers: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    crash_at_step: int | None = None
+    crash_rank: int = 0
+    out: str | None = None
+    run_id: str | None = None
+    telemetry_url: str | None = None
+    label: str = "train"
+    progress: bool = True
+
+    @property
+    def tables(self) -> TableSpec:
+        return TableSpec(uri=self.db, train=self.train_table, test=self.test_table)
+
+
+def build_model() -> torch.nn.Module:
+    """The tutorial's network: 1,631,238 parameters."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(561, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 6),
+    )
+
+
+def cpu_threads(world_size: int) -> int:
+    """Each rank gets its share of the cores, as if it were its own machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // world_size)
+
+
+def pick_device(local_rank: int, world_size: int) -> tuple[torch.device, str]:
+    """NCCL when every rank has a GPU of its own; else Gloo (CPU, or ranks sharing a GPU)."""
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        device = torch.device("cuda", local_rank % count)
+        return device, "nccl" if count >= world_size else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
+class RowLedger:
+    """How many times each row trained the model, per epoch.
+
+    Counts since the last checkpoint stay local; ``commit`` sums them over ranks into the
+    committed table, which is what a checkpoint stores. Rows read after the last
+    checkpoint by a job that then crashes are never committed: the resumed job reads them
+    again, and the committed table shows each row once.
+    """
+
+    def __init__(self, epochs: int, num_rows: int) -> None:
+        self.committed = torch.zeros(epochs, num_rows, dtype=torch.int32)
+        self.pending = torch.zeros_like(self.committed)
+
+    def add(self, epoch: int, row_ids: torch.Tensor) -> None:
+        self.pending[epoch].index_add_(0, row_ids.cpu(), torch.ones_like(row_ids.cpu(), dtype=torch.int32))
+
+    def commit(self, device: torch.device) -> None:
+        pending = self.pending.to(device)
+        dist.all_reduce(pending)
+        self.committed += pending.cpu()
+        self.pending.zero_()
+
+    def summary(self) -> list[dict[str, int]]:
+        """Per epoch: rows used, distinct rows, and the least and most any row was used."""
+        return [
+            {
+                "epoch": epoch,
+                "rows": int(counts.sum()),
+                "distinct": int((counts > 0).sum()),
+                "min": int(counts.min()),
+                "max": int(counts.max()),
+            }
+            for epoch, counts in enumerate(self.committed)
+        ]
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The newest ``step-*`` folder whose loader state exists: that file is written last."""
+    done = sorted(p for p in directory.glob("step-*") if (p / "loader.json").exists())
+    return done[-1] if done else None
+
+
+def save_checkpoint(directory: Path, step: int, epoch: int, model, optimizer, dl, ledger) -> None:
+    """Rank 0 writes model, optimizer and ledger, then the loader state (the commit mark)."""
+    folder = directory / f"step-{step:06d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    blob = {
+        "step": step,
+        "epoch": epoch,
+        "model": model.module.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rows_seen": ledger.committed,
+    }
+    tmp = folder / "model.pt.tmp"
+    torch.save(blob, tmp)
+    os.replace(tmp, folder / "model.pt")
+    save_loader_state(dl.state_dict(), folder / "loader.json")
+
+
+def agreed_checkpoint(directory: Path, rank: int) -> Path | None:
+    """Rank 0 picks the checkpoint and tells the others, so every rank resumes the same one."""
+    choice = [str(latest_checkpoint(directory) or "") if rank == 0 else None]
+    dist.broadcast_object_list(choice, src=0)
+    return Path(choice[0]) if choice[0] else None
+
+
+def replica_spread(model: torch.nn.Module) -> float:
+    """Largest difference of any weight between any two ranks' replicas (0.0: identical)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    high, low = flat.clone(), flat.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    return float((high - low).max())
+
+
+def test_accuracy(model: torch.nn.Module, cfg: TrainConfig, device, dtype) -> float:
+    x, y = load_test_set(cfg.tables)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x).to(device=device, dtype=dtype))
+    return float((logits.argmax(1).cpu() == torch.from_numpy(y)).double().mean())
+
+
+def steps_per_epoch(num_rows: int, cfg: TrainConfig) -> int:
+    """Global steps in one epoch: the plan's S·⌊N/S⌋ rows in global batches, last one short."""
+    return math.ceil(cfg.num_splits * (num_rows // cfg.num_splits) / cfg.global_batch)
+
+
+def crash_if_asked(cfg: TrainConfig, rank: int, step: int) -> None:
+    if cfg.crash_at_step == step and cfg.crash_rank == rank:
+        print(f"\n  rank {rank}: SIGKILL after step {step} (--crash-at-step)", file=sys.stderr)
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_rank(rank: int, world_size: int, cfg: TrainConfig, store_path: str | None = None) -> None:
+    """One rank of the job: join the group, train, checkpoint, report (rank 0 writes)."""
+    if cfg.telemetry_url:  # set here: forkserver ranks do not see the driver's later env
+        os.environ["ELASTIC_LOADER_TELEMETRY"] = cfg.telemetry_url
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device, backend = pick_device(local_rank, world_size)
+    torch.set_num_threads(cpu_threads(world_size))
+    store = dist.FileStore(store_path, world_size) if store_path else None
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    try:
+        result = _train(rank, world_size, cfg, device)
+        if rank == 0 and cfg.out:
+            result.update(backend=backend, threads=torch.get_num_threads())
+            Path(cfg.out, "result.json").write_text(json.dumps(result, indent=1))
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -> dict:
+    dtype = DTYPES[cfg.dtype]
+    torch.manual_seed(cfg.seed)
+    model = DistributedDataParallel(build_model().to(device=device, dtype=dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    table = open_table(cfg.tables, cfg.train_table)
+    num_rows = table.count_rows()
+    ds = StreamingDataset(
+        table, columns=[FEATURES, LABEL, ROW_ID], num_splits=cfg.num_splits,
+        shuffle=True, shuffle_seed=cfg.shuffle_seed,
+    )
+    dl = StreamingDataLoader(
+        ds, batch_size=cfg.global_batch // world_size, num_workers=cfg.num_workers,
+        drop_last=False, run_id=cfg.run_id,
+    )
+    ledger = RowLedger(cfg.epochs, num_rows)
+    step, first_epoch, resumed_from = 0, 0, None
+    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    found = agreed_checkpoint(ckpt_dir, rank) if cfg.resume and ckpt_dir else None
+    if found:
+        blob = torch.load(found / "model.pt", map_location=device)
+        model.module.load_state_dict(blob["model"])
+        optimizer.load_state_dict(blob["optimizer"])
+        ledger.committed.copy_(blob["rows_seen"])
+        dl.load_state_dict(load_loader_state(found / "loader.json"))
+        # The loader's epoch, not the one saved beside it: a state saved after an epoch's
+        # last batch resumes at the start of the next epoch.
+        step, first_epoch, resumed_from = blob["step"], dl.state_dict()["epoch"], blob["step"]
+    total = steps_per_epoch(num_rows, cfg) * cfg.epochs
+    bar = ProgressBar(total, cfg.label) if rank == 0 and cfg.progress else None
+    dist.barrier()
+    start = time.perf_counter()
+    for epoch in range(first_epoch, cfg.epochs):
+        for batch in dl:
+            x = batch[FEATURES].to(device=device, dtype=dtype)
+            y = batch[LABEL].to(device)
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()  # DDP averages the gradients over ranks
+            optimizer.step()
+            ledger.add(epoch, batch[ROW_ID])
+            step += 1
+            if ckpt_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                ledger.commit(device)
+                if rank == 0:
+                    save_checkpoint(ckpt_dir, step, epoch, model, optimizer, dl, ledger)
+                    dl.note_checkpoint_saved(str(ckpt_dir / f"step-{step:06d}"))
+                dist.barrier()  # nobody runs ahead of a checkpoint that is not yet on disk
+            crash_if_asked(cfg, rank, step)
+            if bar:
+                bar.update(step, f"epoch {epoch}")
+    seconds = torch.tensor(time.perf_counter() - start, dtype=torch.float64, device=device)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the job is as slow as its slowest rank
+    ledger.commit(device)
+    spread = replica_spread(model)
+    if bar:
+        bar.close(f"replicas differ by {spread:.1e}")
+    if rank == 0 and cfg.out:
+        torch.save(model.module.state_dict(), Path(cfg.out, "weights.pt"))
+    accuracy = test_accuracy(model.module, cfg, device, dtype) if rank == 0 else float("nan")
+    return {
+        "config": asdict(cfg), "world_size": world_size, "steps": step,
+        "seconds": float(seconds), "accuracy": accuracy, "replica_spread": spread,
+        "rows_per_epoch": ledger.summary(), "resumed_from_step": resumed_from,
+    }
+
+
+def launch(cfg: TrainConfig, world_size: int) -> None:
+    """Start ``world_size`` ranks on this machine and wait; raise if any rank fails.
+
+    Ranks are forked from a forkserver that has imported torch once, so a run does not pay
+    torch's import (2–6 s on a busy laptop) per rank. They meet through a FileStore in a
+    fresh temporary folder (no port to pick, none to collide) and Gloo talks over loopback.
+    A rank killed by a signal surfaces as ``torch.multiprocessing.ProcessExitedException``.
+    """
+    import multiprocessing
+
+    import torch.multiprocessing as tmp
+
+    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "numpy", "pyarrow"])
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
+    if cfg.out:
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="elastic-loader-store-") as folder:
+        store = str(Path(folder) / "store")
+        tmp.start_processes(
+            run_rank, args=(world_size, cfg, store), nprocs=world_size, start_method="forkserver"
+        )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
+    """The command line as a config, plus ``--nproc`` (ranks to start without torchrun)."""
+    spec = default_spec(REPO)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--db", default=spec.uri, help="LanceDB URI holding the tables")
+    p.add_argument("--train-table", default=spec.train)
+    p.add_argument("--test-table", default=spec.test)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--global-batch", type=int, default=256, help="G = W × per-rank batch")
+    p.add_argument("--num-splits", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--crash-at-step", type=int, default=None)
+    p.add_argument("--crash-rank", type=int, default=0)
+    p.add_argument("--out", default=None, help="folder for rank 0's result.json and weights.pt")
+    p.add_argument("--run-id", default=None, help="name of the run on the dashboard")
+    p.add_argument("--nproc", type=int, default=1, help="ranks to start (ignored under torchrun)")
+    args = vars(p.parse_args(argv))
+    nproc = args.pop("nproc")
+    return TrainConfig(**args), nproc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg, nproc = parse_args(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
+        run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), cfg)
+        return 0
+    if cfg.db == default_spec(REPO).uri:
+        ensure_synthetic(cfg.tables)
+    launch(cfg, nproc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
