@@ -1,0 +1,209 @@
+"""Start the collector and the Streamlit dashboard together: `elastic-loader dashboard`.
+
+The collector runs in this process (a uvicorn server on a thread: starts in well under a
+second, and tests can start and stop it in-process); Streamlit runs as a child process,
+because it owns its own event loop and script runner. `start_dashboard` returns a handle
+with both URLs and `stop()`; `run_dashboard` is the CLI: it prints the URL and waits for
+Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from dashboard.client import ENV_API, ENV_API_TOKEN
+from dashboard.collector.config import Settings, is_loopback
+from dashboard.collector.main import create_app
+
+APP = Path(__file__).with_name("app.py")
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _reachable(host: str) -> str:
+    """Where a local client connects to a server bound to `host` (a wildcard means loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now (bind to 0); for the Streamlit child, which must be told one."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(ok: Callable[[], bool], what: str, deadline: float, log: Path | None = None) -> None:
+    while time.monotonic() < deadline:
+        if ok():
+            return
+        time.sleep(0.1)
+    tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+    raise RuntimeError(f"{what} did not become ready in time\n{tail}")
+
+
+def _http_ok(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=1) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class DashboardHandle:
+    """A running collector (and dashboard); `stop()` ends both, within a few seconds."""
+
+    api_url: str
+    ui_url: str | None
+    settings: Settings
+    _server: uvicorn.Server
+    _thread: threading.Thread
+    _ui: subprocess.Popen[bytes] | None = None
+    _ui_log: Path | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    def ui_alive(self) -> bool:
+        return self._ui is None or self._ui.poll() is None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._ui is not None and self._ui.poll() is None:
+            self._ui.terminate()
+            try:
+                self._ui.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._ui.kill()
+                self._ui.wait()
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        if self._ui_log is not None:
+            self._ui_log.unlink(missing_ok=True)
+
+    def __enter__(self) -> DashboardHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _serve_collector(settings: Settings, port: int) -> tuple[uvicorn.Server, threading.Thread, int]:
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, port))
+    config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="collector", daemon=True
+    )
+    thread.start()
+    return server, thread, int(sock.getsockname()[1])
+
+
+def _spawn_ui(
+    host: str, ui_port: int, api_url: str, token: str | None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    env = {**os.environ, ENV_API: api_url}
+    if token:
+        env[ENV_API_TOKEN] = token
+    log = Path(tempfile.mkstemp(prefix="elastic-dashboard-", suffix=".log")[1])
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true"]
+    cmd += ["--server.address", host, "--server.port", str(ui_port)]
+    cmd += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    cmd += ["--global.developmentMode", "false", "--client.toolbarMode", "viewer"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def start_dashboard(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    ui_port: int = 8501,
+    token: str | None = None,
+    db: str = "dashboard.db",
+    *,
+    ui: bool = True,
+    ready_timeout_s: float = 60.0,
+) -> DashboardHandle:
+    """Start the collector (and, with `ui`, Streamlit) and return once both answer.
+
+    `port=0` / `ui_port=0` pick free ports. Raises `ValueError` for a non-loopback host
+    without a token, `RuntimeError` if a part does not come up within `ready_timeout_s`.
+    """
+    settings = Settings(db=str(db), token=token, host=host)
+    settings.check_bind()
+    deadline = time.monotonic() + ready_timeout_s
+    server, thread, port = _serve_collector(settings, port)
+    api_url = _url(_reachable(host), port)
+    handle = DashboardHandle(api_url, None, settings, server, thread)
+    try:
+        _wait(lambda: server.started, "the collector", deadline)
+        if ui:
+            ui_port = ui_port or free_port(host)
+            handle._ui, handle._ui_log = _spawn_ui(host, ui_port, api_url, token)
+            handle.ui_url = _url(_reachable(host), ui_port)
+            health = handle.ui_url + "/_stcore/health"
+            _wait(lambda: _http_ok(health), "the Streamlit dashboard", deadline, handle._ui_log)
+    except BaseException:
+        handle.stop()
+        raise
+    return handle
+
+
+def run_dashboard(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    ui_port: int = 8501,
+    token: str | None = None,
+    db: str = "dashboard.db",
+) -> int:
+    """The `elastic-loader dashboard` command: start, print the URLs, run until a signal."""
+    try:
+        handle = start_dashboard(host, port, ui_port, token, db)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"elastic-loader dashboard: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, _on_signal)
+    where = "" if is_loopback(host) else f" (bound to {host}; ranks need the token)"
+    print(f"Dashboard:  {handle.ui_url}{where}")
+    print(f"Collector:  {handle.api_url}  (API docs at {handle.api_url}/docs)")
+    print(f"Ranks:      export ELASTIC_LOADER_TELEMETRY={handle.api_url}")
+    print("Ctrl-C to stop.", flush=True)
+    code = 0
+    try:
+        while not stop.wait(0.5):
+            if not handle.ui_alive():
+                print("elastic-loader dashboard: Streamlit exited", file=sys.stderr)
+                code = 1
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        handle.stop()
+        signal.signal(signal.SIGTERM, previous)
+    return code

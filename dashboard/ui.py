@@ -1,0 +1,69 @@
+"""Streamlit glue shared by the pages: the cached collector client and the chosen run.
+
+The entrypoint picks the run in the sidebar and stores it in `st.session_state["run_id"]`;
+pages' live fragments read it on every tick, so switching runs needs no page reload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+
+from dashboard.charts import shown_height
+from dashboard.client import CollectorClient, CollectorError
+
+REFRESH = "1s"
+
+
+@st.cache_resource
+def client() -> CollectorClient:
+    return CollectorClient.from_env()
+
+
+def runs() -> list[dict[str, Any]]:
+    try:
+        return client().runs()
+    except CollectorError as exc:
+        st.error(f"Collector unreachable: {exc}")
+        return []
+
+
+def selected_run() -> str | None:
+    """The sidebar's choice, else the most recently active run, else None (with a hint)."""
+    run_id = st.session_state.get("run_id")
+    if run_id:
+        return str(run_id)
+    listed = runs()
+    if not listed:
+        st.info(
+            f"No runs yet. Start training with `ELASTIC_LOADER_TELEMETRY={client().base_url}` "
+            "(and `ELASTIC_LOADER_RUN_ID=<name>`) in every rank's environment."
+        )
+        return None
+    return str(listed[0]["run_id"])
+
+
+def fetch(view: str, run_id: str, **params: Any) -> Any:
+    """`client().<view>(run_id)`, or None after showing why not (the next tick retries)."""
+    try:
+        return getattr(client(), view)(run_id, **params)
+    except CollectorError as exc:
+        st.warning(f"Waiting for the collector: {exc}")
+        return None
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def show(chart: alt.Chart | alt.LayerChart, where: DeltaGenerator | None = None) -> None:
+    """Draw an Altair chart at full width and at the height it asks for."""
+    draw = st.altair_chart if where is None else where.altair_chart
+    draw(chart, width="stretch", height=shown_height(chart))
