@@ -1,0 +1,257 @@
+"""The collector's API through FastAPI's TestClient, and once through a real uvicorn.
+
+Every bad request must get its 4xx *and* leave the database byte-for-byte as it was; every
+view must agree with the contract's placement and with the models published in OpenAPI.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from dashboard.collector import models
+from dashboard.collector.config import Settings
+from dashboard.collector.deps import get_settings
+from dashboard.collector.main import create_app
+from dashboard.launch import start_dashboard
+from dashboard.placement import (
+    RankRate,
+    owned_splits,
+    owners,
+    plan_fits,
+    stragglers,
+    supported_world_sizes,
+)
+from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+
+T0 = 1_700_000_000.0
+BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
+AFTER = SyntheticRun(
+    "job", 4, 48, 20_000, 20, T0 + 31, slow_rank=2, world_size_before=8, start_rows=60_000
+)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(db=str(tmp_path / "c.db")))) as c:
+        yield c
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def _post(client: TestClient, events: Any, headers: dict[str, str] | None = None) -> Any:
+    body = orjson.dumps({"events": list(events)})
+    return client.post("/api/events", content=body, headers={**JSON, **(headers or {})})
+
+
+def _dump(client: TestClient) -> list[Any]:
+    """Every row of every table: what 'the database is unchanged' means."""
+    store = client.app.state.store  # type: ignore[attr-defined]
+    if store is None:
+        return []
+    tables = [r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")]
+    return [(t, [tuple(r) for r in store.query(f"SELECT * FROM {t}")]) for t in sorted(tables)]
+
+
+def _ingest_resumed_run(client: TestClient) -> None:
+    for run in (BEFORE, AFTER):
+        assert _post(client, synthetic_events(run)).status_code == 202
+
+
+def _good() -> dict[str, Any]:
+    return next(iter(synthetic_events(BEFORE)))
+
+
+def test_placement_follows_the_contract() -> None:
+    assert supported_world_sizes(12) == [1, 2, 3, 4, 6, 12]
+    assert owned_splits(2, 4, 12) == (6, 9)
+    assert owners(4, 8) == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ValueError, match=r"supported: \[1, 2, 3, 4, 6, 12\]"):
+        owners(5, 12)
+
+
+def test_plan_fits_counts_batches_and_dropped_rows() -> None:
+    dropped, fits = plan_fits(1003, 8, [2, 3, 4], 40, drop_last=True)
+    assert dropped == 3  # 1003 - 8 * 125
+    by_w = {f.world_size: f for f in fits}
+    assert not by_w[3].fits and "not a multiple of W" in by_w[3].reason
+    assert (by_w[4].per_rank_batch, by_w[4].batches_per_epoch) == (10, 25)  # 250 rows / 10
+    assert by_w[2].elastic and by_w[2].batches_per_epoch == 25
+
+
+def test_stragglers_name_the_rank_that_waits() -> None:
+    rates = [RankRate(r, 1000.0, 0.6 if r == 3 else 0.02) for r in range(6)]
+    rates.append(RankRate(6, 500.0, 0.02))
+    reasons = stragglers(rates)
+    assert [r for r, why in enumerate(reasons) if why] == [3, 6]
+    assert "waits for data" in reasons[3] and "median" in reasons[6]
+
+
+def test_views_of_a_resumed_run(client: TestClient) -> None:
+    _ingest_resumed_run(client)
+    runs = client.get("/api/runs").json()
+    assert runs["count"] == 1
+    run = runs["data"][0]
+    assert (run["world_size"], run["prev_world_size"], run["ranks"]) == (4, 8, 4)
+
+    placement = client.get("/api/runs/job/placement").json()
+    assert placement["current"]["owner"] == owners(4, 48)
+    assert placement["previous"]["owner"] == owners(8, 48)
+    assert [r["splits"] for r in placement["current"]["ranks"]] == [
+        list(owned_splits(r, 4, 48)) for r in range(4)
+    ]
+    assert 12 in placement["supported_world_sizes"]
+
+    progress = client.get("/api/runs/job/progress").json()
+    rows_per_rank = 60_000 + 20 * 2000
+    assert progress["rows_done"] == 4 * rows_per_rank
+    cursors = progress["cursors"]
+    for lo in range(0, 48, 12):  # round-robin over the rank's 12 splits: even to one row
+        assert sum(cursors[lo : lo + 12]) == rows_per_rank
+        assert max(cursors[lo : lo + 12]) - min(cursors[lo : lo + 12]) <= 1
+    assert progress["eta_s"] == pytest.approx((48 * 20_000 - 4 * rows_per_rank) / 8000)
+
+    labels = [item["label"] for item in client.get("/api/runs/job/timeline").json()["data"]]
+    assert "resumed: W 8 → 4 at step 1,875" in labels
+    assert "checkpoint saved (W 8) at step 625" in labels
+
+    tp = client.get("/api/runs/job/throughput", params={"window_s": 15}).json()
+    assert [s["rank"] for s in tp["stragglers"]] == [2]
+    assert {s["rank"] for s in tp["data"]} == {0, 1, 2, 3}
+
+
+def test_responses_match_the_published_models(client: TestClient) -> None:
+    _ingest_resumed_run(client)
+    views: dict[str, type[BaseModel]] = {
+        "/health": models.HealthPublic,
+        "/api/runs": models.RunsPublic,
+        "/api/runs/job": models.RunPublic,
+        "/api/runs/job/placement": models.PlacementPublic,
+        "/api/runs/job/progress": models.ProgressPublic,
+        "/api/runs/job/throughput": models.ThroughputPublic,
+        "/api/runs/job/events": models.EventsPublic,
+        "/api/runs/job/timeline": models.TimelinePublic,
+    }
+    for path, model in views.items():
+        response = client.get(path)
+        assert response.status_code == 200, path
+        model.model_validate(response.json())
+    spec = client.get("/openapi.json").json()
+    assert "/api/events" in spec["paths"] and "/api/runs/{run_id}/placement" in spec["paths"]
+
+
+def test_throughput_is_downsampled(client: TestClient) -> None:
+    _ingest_resumed_run(client)
+    for window, points, bucket in [(60, 6, 10.0), (3600, 30, 120.0), (40, 40, 1.0)]:
+        tp = client.get("/api/runs/job/throughput", params={"window_s": window, "points": points})
+        body = tp.json()
+        assert body["bucket_s"] == bucket
+        per_rank = max(sum(1 for s in body["data"] if s["rank"] == r) for r in range(8))
+        assert per_rank <= points + 1
+        assert all(abs(s["rows_per_s"] - 2000) < 1e-6 for s in body["data"])
+
+
+def _bad(field: str, value: Any) -> dict[str, Any]:
+    event = _good()
+    if value is ...:
+        del event[field]
+    else:
+        event[field] = value
+    return {"events": [event]}
+
+
+BAD_BODIES = {
+    "rank as string": _bad("rank", "0"),
+    "ts as string": _bad("ts", "yesterday"),
+    "negative cursor": _bad("cursors", [1, -2]),
+    "splits of 3": _bad("splits", [0, 1, 2]),
+    "missing run_id": _bad("run_id", ...),
+    "missing world_size": _bad("world_size", ...),
+    "unknown field": _bad("gpu_temp", 80),
+    "bad kind": _bad("kind", "DROP TABLE"),
+    "empty batch": {"events": []},
+    "no events key": {"event": [_good()]},
+    "too many events": {"events": [_good()] * (models.MAX_EVENTS + 1)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BODIES))
+def test_invalid_events_are_422_and_store_nothing(client: TestClient, name: str) -> None:
+    _ingest_resumed_run(client)
+    before = _dump(client)
+    response = client.post("/api/events", content=orjson.dumps(BAD_BODIES[name]), headers=JSON)
+    assert response.status_code == 422, response.text
+    assert _dump(client) == before
+
+
+def test_malformed_json_is_422(client: TestClient) -> None:
+    response = client.post("/api/events", content=b'{"events": [', headers=JSON)
+    assert response.status_code == 422
+    assert _dump(client) == []
+
+
+def test_oversized_body_is_413_and_stores_nothing(tmp_path: Path) -> None:
+    app = create_app(Settings(db=str(tmp_path / "o.db"), max_body_bytes=4096))
+    with TestClient(app) as client:
+        _post(client, [_good()])
+        before = _dump(client)
+        big = [_good()] * 40  # ~20 kB
+        assert _post(client, big).status_code == 413
+        assert _dump(client) == before
+
+
+def test_token_is_required_when_set(tmp_path: Path) -> None:
+    app = create_app(Settings(db=str(tmp_path / "t.db")))
+    app.dependency_overrides[get_settings] = lambda: Settings(
+        db=str(tmp_path / "t.db"), token="s3cret"
+    )
+    with TestClient(app) as client:
+        _post(client, [_good()], headers={"Authorization": "Bearer s3cret"})
+        before = _dump(client)
+        missing = _post(client, [_good()])
+        wrong = _post(client, [_good()], headers={"Authorization": "Bearer nope"})
+        assert (missing.status_code, wrong.status_code) == (401, 403)
+        assert client.get("/api/runs").status_code == 401
+        assert client.get("/health").json()["token_required"] is True
+        assert _dump(client) == before
+
+
+def test_unknown_run_is_404(client: TestClient) -> None:
+    assert client.get("/api/runs/nope/placement").status_code == 404
+
+
+def test_binding_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--token"):
+        create_app(Settings(db=str(tmp_path / "x.db"), host="0.0.0.0"))
+    create_app(Settings(db=str(tmp_path / "x.db"), host="0.0.0.0", token="t"))
+
+
+def test_late_event_of_the_old_world_does_not_flip_placement(client: TestClient) -> None:
+    _ingest_resumed_run(client)
+    late = dict(_good(), ts=T0 + 5)  # an 8-rank event that arrives after the resume
+    assert _post(client, [late]).status_code == 202
+    run = client.get("/api/runs/job").json()
+    assert (run["world_size"], run["prev_world_size"]) == (4, 8)
+
+
+def test_real_uvicorn_on_loopback(tmp_path: Path) -> None:
+    with start_dashboard(port=0, db=str(tmp_path / "u.db"), ui=False) as handle:
+        assert handle.api_url.startswith("http://127.0.0.1:")
+        assert post_events(handle.api_url, synthetic_events(AFTER), chunk=16) == 4 * 21
+        # Ingest answers 202 after the commit: the events are readable at once.
+        assert orjson.loads(_get(handle.api_url + "/health"))["events"] == 4 * 21
+        assert orjson.loads(_get(handle.api_url + "/api/runs/job/placement"))["num_splits"] == 48
+
+
+def _get(url: str) -> bytes:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=5) as resp:
+        return bytes(resp.read())
