@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -37,6 +37,7 @@ __all__ = [
     "CheckpointError",
     "latest",
     "load",
+    "restore",
     "save",
 ]
 
@@ -49,6 +50,10 @@ SUFFIX = ".json"
 _TMP_SUFFIX = ".tmp"
 _CHECKSUM_PREFIX = "sha256:"
 _ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+class _Resumable(Protocol):
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class CheckpointError(ValueError):
@@ -123,6 +128,20 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     _check_payload(path, payload)
     return payload
+
+
+def restore(loader: _Resumable, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """`load(path)` then `loader.load_state_dict(state)`, with the file named in any refusal.
+
+    The loader's own check (another num_splits, seed, clump, filter or source than the
+    file's) raises a ValueError naming the field; this adds which file it came from.
+    """
+    state = load(path)
+    try:
+        loader.load_state_dict(state)
+    except ValueError as exc:
+        raise CheckpointError(path, None, f"cannot resume this loader from it: {exc}") from exc
+    return state
 
 
 def latest(folder: str | os.PathLike[str] = DEFAULT_FOLDER) -> Path | None:

@@ -89,6 +89,16 @@ def test_round_trip_and_layout(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["a.json"]  # no temporary file left behind
 
 
+def test_payload_tag_matches_the_loader_state() -> None:
+    """checkpoint.py stays import-light, so it repeats two constants of loader/state.py."""
+    from loader import state
+
+    assert (checkpoint.STATE_FORMAT, checkpoint.STATE_FORMAT_VERSION) == (
+        state.FORMAT,
+        state.FORMAT_VERSION,
+    )
+
+
 def test_checksum_covers_content_not_layout(tmp_path: Path) -> None:
     """Reformatting the JSON (e.g. with jq) keeps the file loadable; changing a value does not."""
     path = save(make_state(), tmp_path / "a.json")
