@@ -1,0 +1,163 @@
+"""The telemetry client: events arrive, and a bad collector never costs the training loop.
+
+"Never blocks" is checked as a budget, not a profile: 20,000 `on_batch` calls while the
+collector refuses, hangs or rejects must take well under a second in total, one
+`TelemetryWarning` is issued, and `close()` returns within its bound.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from dashboard.launch import DashboardHandle, start_dashboard
+from loader.telemetry import TelemetryClient, TelemetryWarning, _field
+
+STATIC = {"rank": 1, "local_rank": 1, "world_size": 2, "num_workers": 0, "num_splits": 8}
+STATIC |= {"rows_per_split": 100, "batch_size": 4, "host": "test-host"}
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
+    db = tmp_path_factory.mktemp("telemetry") / "t.db"
+    with start_dashboard(port=0, db=str(db), ui=False) as handle:
+        yield handle
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A server that accepts connections into its backlog and never answers: 'slow'."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield sock.getsockname()[1]
+
+
+def _refused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=5) as resp:
+        return orjson.loads(resp.read())
+
+
+def _wait_until(check: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        threading.Event().wait(0.02)  # let the sender thread run; the deadline bounds it
+
+
+def test_events_reach_the_collector(collector: DashboardHandle) -> None:
+    client = TelemetryClient(collector.api_url, "run-a", STATIC, interval_s=0.05)
+    cursors = [0] * 8
+    client.set_snapshot(lambda: {"epoch": 0, "step": 9, "splits": [4, 8], "cursors": cursors})
+    for i in range(36):
+        cursors[4 + i % 4] += 1  # the loader's full S-length vector: only [4, 8) is sent
+        client.on_batch(4, 0.001)
+    client.event("checkpoint_saved", path=Path("/ck/1.json"), step=np.int64(9), epoch=0)
+    client.close()
+    assert client.dropped == 0 and client.sent >= 2
+    placement = _get(collector.api_url + "/api/runs/run-a/placement")
+    [rank] = placement["current"]["ranks"]
+    assert (rank["rank"], rank["splits"], rank["cursors"]) == (1, [4, 8], [9, 9, 9, 9])
+    assert rank["host"] == "test-host"
+    [saved] = _get(collector.api_url + "/api/runs/run-a/events")["data"]
+    assert (saved["kind"], saved["step"], saved["data"]) == (
+        "checkpoint_saved",
+        9,
+        {"path": "/ck/1.json"},
+    )
+    series = _get(collector.api_url + "/api/runs/run-a/throughput?window_s=60")
+    assert series["count"] >= 1
+
+
+@pytest.mark.parametrize("failure", ["refused", "silent", "rejected"])
+def test_a_bad_collector_costs_one_warning_and_no_time(
+    failure: str, silent_port: int, tmp_path: Path
+) -> None:
+    handle = None
+    if failure == "rejected":  # a collector that wants a token the rank does not have
+        handle = start_dashboard(port=0, token="s3cret", db=str(tmp_path / "r.db"), ui=False)
+        url = handle.api_url
+    else:
+        port = _refused_port() if failure == "refused" else silent_port
+        url = f"http://127.0.0.1:{port}"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            client = TelemetryClient(url, "run-b", STATIC, interval_s=0.02, timeout_s=0.3)
+            start = time.perf_counter()
+            for _ in range(20_000):
+                client.on_batch(4, 0.0)
+            assert time.perf_counter() - start < 1.0
+            _wait_until(lambda: client.dropped > 0)
+            for _ in range(100):
+                client.event("epoch_end", epoch=0)
+            start = time.perf_counter()
+            client.close()
+            assert time.perf_counter() - start < 1.0
+        ours = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+        assert len(ours) == 1, [str(w.message) for w in ours]
+        assert client.sent == 0
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+def test_the_queue_is_bounded(silent_port: int) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TelemetryWarning)
+        client = TelemetryClient(
+            f"http://127.0.0.1:{silent_port}", "run-c", STATIC, timeout_s=0.2, max_queue=8
+        )
+        start = time.perf_counter()
+        for _ in range(1000):
+            client.event("checkpoint_saved", step=1)
+        assert time.perf_counter() - start < 0.5
+        assert client.dropped >= 1000 - 8
+        client.close()
+
+
+@pytest.mark.filterwarnings("ignore::loader.telemetry.TelemetryWarning")
+def test_settings_come_from_arguments_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ELASTIC_LOADER_TELEMETRY", "ELASTIC_LOADER_RUN_ID", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("MASTER_ADDR", "node7")
+    assert TelemetryClient.from_settings(None, "x", STATIC) is None
+    url = f"http://127.0.0.1:{_refused_port()}"
+    monkeypatch.setenv("ELASTIC_LOADER_TELEMETRY", url)
+    clients = [TelemetryClient.from_settings(None, None, STATIC)]
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "elastic-42")
+    clients.append(TelemetryClient.from_settings(None, None, STATIC))
+    monkeypatch.setenv("ELASTIC_LOADER_RUN_ID", "from-env")
+    clients.append(TelemetryClient.from_settings(None, None, STATIC))
+    clients.append(TelemetryClient.from_settings(url, "explicit", STATIC))
+    assert [c.run_id for c in clients if c] == ["node7-29500", "elastic-42", "from-env", "explicit"]
+    for c in clients:
+        assert c is not None and c.endpoint == url + "/api/events"
+        c.close()
+
+
+def test_fields_become_json_the_collector_accepts() -> None:
+    assert _field(Path("/a/b")) == "/a/b"
+    assert _field(np.int64(3)) == 3 and isinstance(_field(np.int64(3)), int)
+    assert _field(np.arange(3)) == [0, 1, 2]
+    assert _field((1, 2)) == [1, 2]
+    assert _field({"nested": 1}) == "{'nested': 1}"
+    assert _field(None) is None
