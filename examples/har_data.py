@@ -84,8 +84,10 @@ def ensure_synthetic(
     db = lancedb.connect(spec.uri)
     existing = set(db.list_tables().tables)
     wanted = {spec.train: (train_rows, 1), spec.test: (test_rows, 2)}
-    if all(name in existing and db.open_table(name).count_rows() == n for name, (n, _) in
-           wanted.items()):
+    if all(
+        name in existing and db.open_table(name).count_rows() == n
+        for name, (n, _) in wanted.items()
+    ):
         return False
     for name, (rows, split_seed) in wanted.items():
         db.create_table(name, data=make_rows(rows, seed, split_seed), mode="overwrite")

@@ -40,17 +40,22 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from har_data import (
+    FEATURES,
+    LABEL,
+    ROW_ID,
+    TableSpec,
+    default_spec,
+    ensure_synthetic,
+    load_test_set,
+    open_table,
+)
+from progress import ProgressBar
 from torch.nn.parallel import DistributedDataParallel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from har_data import FEATURES, LABEL, ROW_ID, TableSpec, default_spec, ensure_synthetic  # noqa: E402
-from har_data import load_test_set, open_table  # noqa: E402
-from progress import ProgressBar  # noqa: E402
-
-from loader import StreamingDataLoader, StreamingDataset  # noqa: E402
-from loader.checkpoint import load as load_loader_state  # noqa: E402
-from loader.checkpoint import save as save_loader_state  # noqa: E402
+from loader import StreamingDataLoader, StreamingDataset
+from loader.checkpoint import load as load_loader_state
+from loader.checkpoint import save as save_loader_state
 
 REPO = Path(__file__).resolve().parent.parent
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -127,7 +132,8 @@ class RowLedger:
         self.pending = torch.zeros_like(self.committed)
 
     def add(self, epoch: int, row_ids: torch.Tensor) -> None:
-        self.pending[epoch].index_add_(0, row_ids.cpu(), torch.ones_like(row_ids.cpu(), dtype=torch.int32))
+        ids = row_ids.cpu()
+        self.pending[epoch].index_add_(0, ids, torch.ones_like(ids, dtype=torch.int32))
 
     def commit(self, device: torch.device) -> None:
         pending = self.pending.to(device)
@@ -233,12 +239,18 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -
     table = open_table(cfg.tables, cfg.train_table)
     num_rows = table.count_rows()
     ds = StreamingDataset(
-        table, columns=[FEATURES, LABEL, ROW_ID], num_splits=cfg.num_splits,
-        shuffle=True, shuffle_seed=cfg.shuffle_seed,
+        table,
+        columns=[FEATURES, LABEL, ROW_ID],
+        num_splits=cfg.num_splits,
+        shuffle=True,
+        shuffle_seed=cfg.shuffle_seed,
     )
     dl = StreamingDataLoader(
-        ds, batch_size=cfg.global_batch // world_size, num_workers=cfg.num_workers,
-        drop_last=False, run_id=cfg.run_id,
+        ds,
+        batch_size=cfg.global_batch // world_size,
+        num_workers=cfg.num_workers,
+        drop_last=False,
+        run_id=cfg.run_id,
     )
     ledger = RowLedger(cfg.epochs, num_rows)
     step, first_epoch, resumed_from = 0, 0, None
@@ -285,9 +297,15 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -
         torch.save(model.module.state_dict(), Path(cfg.out, "weights.pt"))
     accuracy = test_accuracy(model.module, cfg, device, dtype) if rank == 0 else float("nan")
     return {
-        "config": asdict(cfg), "world_size": world_size, "steps": step,
-        "seconds": float(seconds), "accuracy": accuracy, "replica_spread": spread,
-        "rows_per_epoch": ledger.summary(), "resumed_from_step": resumed_from,
+        "config": asdict(cfg),
+        "world_size": world_size,
+        "steps": step,
+        "seconds": float(seconds),
+        "accuracy": accuracy,
+        "replica_spread": spread,
+        "rows_per_epoch": ledger.summary(),
+        "resumed_from_step": resumed_from,
+        "rows_in_plan": cfg.num_splits * (num_rows // cfg.num_splits),
     }
 
 
@@ -295,7 +313,8 @@ def launch(cfg: TrainConfig, world_size: int) -> None:
     """Start ``world_size`` ranks on this machine and wait; raise if any rank fails.
 
     Ranks are forked from a forkserver that has imported torch once, so a run does not pay
-    torch's import (2–6 s on a busy laptop) per rank. They meet through a FileStore in a
+    torch's import (2–6 s on a busy laptop) per rank; the forkserver outlives the run, so
+    every later run of the same driver starts as fast. They meet through a FileStore in a
     fresh temporary folder (no port to pick, none to collide) and Gloo talks over loopback.
     A rank killed by a signal surfaces as ``torch.multiprocessing.ProcessExitedException``.
     """
@@ -303,7 +322,9 @@ def launch(cfg: TrainConfig, world_size: int) -> None:
 
     import torch.multiprocessing as tmp
 
-    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "numpy", "pyarrow"])
+    # torch's own modules only: DDP's first use imports torch._dynamo (~1 s per rank).
+    # Not lancedb or pyarrow, whose threads must not be forked.
+    multiprocessing.set_forkserver_preload(["torch", "torch._dynamo", "torch.nn.parallel"])
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
     if cfg.out:
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
