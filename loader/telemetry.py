@@ -17,8 +17,10 @@ kind-specific fields of `event(kind, **fields)`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.client
+import inspect
 import logging
 import os
 import queue
@@ -27,6 +29,7 @@ import threading
 import time
 import urllib.request
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +57,14 @@ POSITION_KEYS = ("epoch", "step", "splits", "cursors")
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
+_LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Flush every open client at interpreter exit (torchrun ranks exit normally)."""
+    for client in list(_LIVE):
+        client.close()
 
 
 class TelemetryWarning(RuntimeWarning):
@@ -136,13 +147,14 @@ class TelemetryClient:
         self._batches = 0
         self._wait_s = 0.0
         self._last_tick = time.monotonic()
-        self._snapshot: Snapshot | None = None
+        self._snapshot: Callable[[], Snapshot | None] | None = None
         self._warned = False
         self._retry_at = 0.0
         self._backoff_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     @classmethod
     def from_settings(
@@ -156,8 +168,15 @@ class TelemetryClient:
         return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
 
     def set_snapshot(self, fn: Snapshot) -> None:
-        """`fn()` is called on the sender thread; it must be cheap and not raise."""
-        self._snapshot = fn
+        """`fn()` is called on the sender thread; it must be cheap and not raise.
+
+        A bound method is held weakly: when its loader is garbage-collected the client
+        flushes and stops, so a dropped loader leaves no thread behind.
+        """
+        if inspect.ismethod(fn):
+            self._snapshot = weakref.WeakMethod(fn)
+        else:
+            self._snapshot = lambda: fn
 
     def on_batch(self, rows: int, wait_s: float) -> None:
         """Count one batch handed to the training loop and how long the loop waited."""
@@ -207,9 +226,12 @@ class TelemetryClient:
         ev = self._base("progress", time.time())
         ev.update(rows=rows, batches=batches, wait_s=wait_s, interval_s=interval)
         ev["rows_per_s"] = rows / interval
-        if self._snapshot is not None:
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None and self._snapshot is not None:
+            self._stop.set()  # the loader is gone: this is the last send
+        elif snapshot is not None:
             try:
-                ev.update(_position(self._snapshot(), self.static.get("num_splits")))
+                ev.update(_position(snapshot(), self.static.get("num_splits")))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
         return ev

@@ -1,0 +1,142 @@
+"""A real job: 2 Gloo ranks with telemetry on, a collector in its own process.
+
+One spawned pair covers both promises, to pay for importing torch and LanceDB only once:
+1. mid-epoch, the collector's view (both ranks, their splits, their cursors) equals what
+   each loader's own `state_dict()` says;
+2. the collector is then SIGKILLed; training finishes, every row of the epoch is read
+   exactly once across the ranks, and each rank got exactly one `TelemetryWarning`.
+Ranks and test meet through small files in `tmp_path` (no sleeps: polls with deadlines).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import orjson
+import pyarrow as pa
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from dashboard.launch import free_port
+from dashboard.placement import owned_splits
+from loader import StreamingDataLoader, StreamingDataset
+from loader.telemetry import TelemetryWarning
+
+NUM_ROWS, NUM_SPLITS, BATCH, FIRST = 960, 8, 10, 20
+RUN = "gloo-run"
+
+
+def _poll(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        threading.Event().wait(0.05)
+
+
+def _get(url: str) -> Any:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as resp:
+            return orjson.loads(resp.read())
+    except OSError:
+        return None
+
+
+def _reported_cursors(api: str, rank: int) -> list[int] | None:
+    placement = _get(f"{api}/api/runs/{RUN}/placement")
+    if not placement:
+        return None
+    mine = [r for r in placement["current"]["ranks"] if r["rank"] == rank]
+    return mine[0]["cursors"] if mine else None
+
+
+def _ours(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [w for w in caught if issubclass(w.category, TelemetryWarning)]
+
+
+def _write(path: Path, body: Any) -> None:
+    """Whole or not at all: the test polls for the file while the rank writes it."""
+    path.with_suffix(".tmp").write_bytes(orjson.dumps(body))
+    path.with_suffix(".tmp").replace(path)
+
+
+def _rank(rank: int, port: int, db: str, api: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            table = lancedb.connect(db).open_table("items")
+            ds = StreamingDataset(table, columns=["id"], num_splits=NUM_SPLITS, shuffle_seed=3)
+            dl = StreamingDataLoader(ds, batch_size=BATCH, telemetry=api, run_id=RUN)
+            it = iter(dl)
+            ids = [i for _ in range(FIRST) for i in next(it)["id"].tolist()]
+            lo, hi = owned_splits(rank, 2, NUM_SPLITS)
+            mine = dl.state_dict()["cursors"][lo:hi]
+            _poll(lambda: _reported_cursors(api, rank) == mine, "the collector to catch up")
+            _write(Path(out, f"mid-{rank}.json"), {"cursors": mine})
+            _poll(lambda: Path(out, "killed").exists(), "the test to kill the collector")
+            ids += [i for batch in it for i in batch["id"].tolist()]
+            _poll(lambda: _ours(caught), "the sender to notice the dead collector")
+        _write(Path(out, f"done-{rank}.json"), {"ids": ids, "warnings": len(_ours(caught))})
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> None:
+    db = str(tmp_path / "lance")
+    ids = np.arange(NUM_ROWS, dtype=np.int64)
+    lancedb.connect(db).create_table("items", pa.table({"id": ids}))
+    api_port = free_port()
+    api = f"http://127.0.0.1:{api_port}"
+    env = {**os.environ, "ELASTIC_LOADER_DASHBOARD_DB": str(tmp_path / "events.db")}
+    cmd = [sys.executable, "-m", "uvicorn", "dashboard.collector.main:app"]
+    cmd += ["--host", "127.0.0.1", "--port", str(api_port), "--log-level", "warning"]
+    collector = subprocess.Popen(cmd, env=env)
+    try:
+        _poll(lambda: _get(api + "/health"), "the collector")
+        ctx = mp.spawn(_rank, args=(free_port(), db, api, str(tmp_path)), nprocs=2, join=False)
+        mids = [
+            _poll(lambda r=r: _read(tmp_path / f"mid-{r}.json"), f"rank {r} mid-run", 120)
+            for r in range(2)
+        ]
+        placement = _get(f"{api}/api/runs/{RUN}/placement")
+        assert [r["rank"] for r in placement["current"]["ranks"]] == [0, 1]
+        assert placement["current"]["owner"] == [0, 0, 0, 0, 1, 1, 1, 1]
+        for r, mid in enumerate(mids):
+            reported = placement["current"]["ranks"][r]
+            assert reported["splits"] == list(owned_splits(r, 2, NUM_SPLITS))
+            assert reported["cursors"] == mid["cursors"]
+            assert sum(mid["cursors"]) == FIRST * BATCH
+        collector.send_signal(signal.SIGKILL)
+        collector.wait(10)
+        (tmp_path / "killed").touch()
+        while not ctx.join(timeout=60):
+            pass
+        done = [_read(tmp_path / f"done-{r}.json") for r in range(2)]
+        read = sorted(i for d in done for i in d["ids"])
+        assert read == list(range(NUM_ROWS))  # every row once, none twice
+        assert [d["warnings"] for d in done] == [1, 1]
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+            collector.wait(10)
+
+
+def _read(path: Path) -> Any:
+    return orjson.loads(path.read_bytes()) if path.exists() else None
