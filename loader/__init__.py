@@ -1,6 +1,6 @@
 """elastic-loader: exactly-once, elastic, checkpoint-anywhere data loading for PyTorch.
 
-    from loader import StreamingDataset, StreamingDataLoader
+from loader import StreamingDataset, StreamingDataLoader
 """
 
 from loader.dataloader import StreamingDataLoader

@@ -9,8 +9,10 @@ is what the training loop received, never what workers prefetched.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
@@ -20,6 +22,18 @@ from loader.reader import BatchReader
 from loader.stream import BatchTask, RankStream
 
 _REFUSED = ("shuffle", "sampler", "batch_sampler")
+
+
+def _clean_worker_context() -> BaseContext:
+    """Forkserver, preloaded with the reader's imports: workers start fast and clean.
+
+    A plain fork copies a parent whose Lance runtime has live threads (it opened and read
+    the table); that child can crash or deadlock. Forkserver children fork from a process
+    that imported Lance but never ran it. Pass multiprocessing_context="fork" to opt out.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["loader.reader", "lance"])
+    return context
 
 
 def _as_is(batch: Any) -> Any:
@@ -70,10 +84,14 @@ class StreamingDataLoader(DataLoader[Any]):
         **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
-            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
+            raise TypeError(
+                f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
+            )
         refused = [k for k in _REFUSED if k in kwargs]
         if refused:
-            raise ValueError(f"{refused} are decided by the plan (shuffle=/shuffle_seed= on the dataset)")
+            raise ValueError(
+                f"{refused} are decided by the plan (shuffle=/shuffle_seed= on the dataset)"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.streaming_dataset = dataset
@@ -82,14 +100,20 @@ class StreamingDataLoader(DataLoader[Any]):
         self._stream: RankStream | None = None
         self._yielded = 0
         self._started = False
-        reader = BatchReader(dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform)
+        reader = BatchReader(
+            dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform
+        )
         kwargs.setdefault("collate_fn", _as_is)
-        super().__init__(reader, batch_size=None, sampler=_TaskSampler(self), num_workers=num_workers, **kwargs)
+        if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
+            kwargs["multiprocessing_context"] = _clean_worker_context()
+        super().__init__(
+            reader, batch_size=None, sampler=_TaskSampler(self), num_workers=num_workers, **kwargs
+        )
         self._telemetry = self._connect(telemetry, run_id)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
     # these report the loader's own values.
-    @property  # type: ignore[override]
+    @property
     def batch_size(self) -> int:
         return self._rows_per_batch
 
@@ -98,7 +122,7 @@ class StreamingDataLoader(DataLoader[Any]):
         if value is not None:
             raise AttributeError("batch_size is fixed at construction")
 
-    @property  # type: ignore[override]
+    @property
     def drop_last(self) -> bool:
         return self._drop_last
 
@@ -114,7 +138,7 @@ class StreamingDataLoader(DataLoader[Any]):
         """Batches this rank yields from the current position to the end of the epoch."""
         return self._peek().num_batches
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.streaming_dataset
         self._check_reader_version()
         self._started = True
@@ -154,7 +178,9 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
-        return self.streaming_dataset.make_state(self._drop_last, self._yielded)
+        return self.streaming_dataset.make_state(
+            self._rows_per_batch, self._drop_last, self._yielded
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next `for`."""
@@ -173,9 +199,13 @@ class StreamingDataLoader(DataLoader[Any]):
     def note_checkpoint_saved(self, path: str | None = None) -> None:
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
         if self._telemetry is not None:
-            self._telemetry.event("checkpoint_saved", path=path, step=self._yielded,
-                                  epoch=self.streaming_dataset.position()[0],
-                                  world_size=self.streaming_dataset.world_size)
+            self._telemetry.event(
+                "checkpoint_saved",
+                path=path,
+                step=self._yielded,
+                epoch=self.streaming_dataset.position()[0],
+                world_size=self.streaming_dataset.world_size,
+            )
 
     # -- telemetry ----------------------------------------------------------------------
 

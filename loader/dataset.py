@@ -54,7 +54,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 stacklevel=2,
             )
         check_world_size(num_splits, self.world.world_size)
-        self._source_args = {"columns": columns, "filter": filter, "storage_options": storage_options}
+        self._source_args = {
+            "columns": columns,
+            "filter": filter,
+            "storage_options": storage_options,
+        }
         self._raw_source = source
         self.allow_source_change = allow_source_change
         self.transform, self.on_error = transform, on_error
@@ -75,7 +79,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def _pin(self, version: int | None) -> None:
         """Resolve the source at `version` and build the plan on its filtered row count."""
-        resolved: ResolvedSource = resolve_source(self._raw_source, version=version, **self._source_args)
+        resolved: ResolvedSource = resolve_source(
+            self._raw_source, version=version, **self._source_args
+        )
         shuffle, seed, clump = self._shuffle
         self.plan = PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
         self.reader = BatchReader(resolved, self.plan, self.transform, self.on_error)
@@ -122,7 +128,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             "shuffle": shuffle,
             "shuffle_seed": seed,
             "shuffle_clump_size": clump,
-            "filter": self.source.filter if isinstance(self.source.filter, str | None) else str(self.source.filter),
+            "filter": self.source.filter
+            if isinstance(self.source.filter, str | None)
+            else str(self.source.filter),
             "drop_last": drop_last,
         }
 
@@ -159,7 +167,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def peek_stream(self, batch_size: int, drop_last: bool) -> RankStream:
         """The stream an iteration would start now, without starting it."""
         epoch, cursors = self.position()
-        return RankStream(epoch, cursors, self.rows_per_split, self.rank, self.world_size, batch_size, drop_last)
+        return RankStream(
+            epoch, cursors, self.rows_per_split, self.rank, self.world_size, batch_size, drop_last
+        )
 
     def record(self, stream: RankStream, rows_done: int) -> None:
         """Note that `rows_done` rows of `stream` reached the training loop."""
@@ -167,14 +177,20 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
-        return self.make_state(False, 0)
+        return self.make_state(1, False, 0)
 
-    def make_state(self, drop_last: bool, step: int) -> dict[str, Any]:
+    def make_state(self, batch_size: int, drop_last: bool, step: int) -> dict[str, Any]:
+        """The state at the current position; `skipped` is what batches of this size leave out."""
         epoch, cursors = self.position()
-        skipped = RankStream(epoch, cursors, self.rows_per_split, self.rank, self.world_size, 1, False).skipped
+        skipped = self.peek_stream(batch_size, drop_last).skipped
         return st.make_state(
-            self.plan_identity(drop_last), self.source.spec.identity(), epoch, list(cursors),
-            skipped, self.world_size, step,
+            self.plan_identity(drop_last),
+            self.source.spec.identity(),
+            epoch,
+            list(cursors),
+            skipped,
+            self.world_size,
+            step,
         )
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
@@ -187,8 +203,19 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         saved_version = state[st.KEY_SOURCE].get("version")
         if saved_version is not None and saved_version != self.source.spec.version:
             self._pin(saved_version)
-        fields = ("num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter", "num_rows")
-        st.check_plan(state, self.plan_identity(bool(drop_last)), (*fields, "drop_last") if drop_last is not None else fields)
+        fields = (
+            "num_splits",
+            "shuffle",
+            "shuffle_seed",
+            "shuffle_clump_size",
+            "filter",
+            "num_rows",
+        )
+        st.check_plan(
+            state,
+            self.plan_identity(bool(drop_last)),
+            (*fields, "drop_last") if drop_last is not None else fields,
+        )
         st.check_source(state, self.source.spec.identity(), self.allow_source_change)
         cursors = st.check_cursors(state, self.num_splits, self.rows_per_split)
         check_world_size(self.num_splits, self.world_size)
@@ -209,7 +236,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
         info = get_worker_info()
-        stream = self.start_stream(ROW_READ_SIZE, False) if info is None else self.peek_stream(ROW_READ_SIZE, False)
+        stream = (
+            self.start_stream(ROW_READ_SIZE, False)
+            if info is None
+            else self.peek_stream(ROW_READ_SIZE, False)
+        )
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for index in range(worker, stream.num_batches, workers):
             table, restore = self.reader.read(self.reader.positions(stream.task(index)))
@@ -234,4 +265,3 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             f"StreamingDataset({spec.kind}:{spec.uri} v{spec.version}, N={self.num_rows}, "
             f"S={self.num_splits}, rank {self.rank}/{self.world_size}, epoch {self._epoch})"
         )
-

@@ -38,7 +38,9 @@ def owned_splits(rank: int, world_size: int, num_splits: int) -> range:
     """The contiguous splits rank `rank` reads: [r*S/W, (r+1)*S/W)."""
     check_world_size(num_splits, world_size)
     if not 0 <= rank < world_size:
-        raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {world_size - 1}]")
+        raise ValueError(
+            f"Invalid rank {rank}, rank should be in the interval [0, {world_size - 1}]"
+        )
     per_rank = num_splits // world_size
     return range(rank * per_rank, (rank + 1) * per_rank)
 
@@ -116,7 +118,9 @@ class EpochPlan:
         length = self.spec.rows_per_split
         stop = length if stop is None else stop
         if not (0 <= split < self.spec.num_splits and 0 <= start <= stop <= length):
-            raise IndexError(f"split {split} [{start}:{stop}] is outside S={self.spec.num_splits}, L={length}")
+            raise IndexError(
+                f"split {split} [{start}:{stop}] is outside S={self.spec.num_splits}, L={length}"
+            )
         return self.order(np.arange(split * length + start, split * length + stop, dtype=np.int64))
 
     def rank_rows(self, rank: int, world_size: int) -> NDArray[np.int64]:

@@ -84,7 +84,11 @@ class BatchReader(Dataset[dict[str, Any]]):
 
     def __getitem__(self, task: BatchTask) -> Any:
         table, restore = self.read(self.positions(task))
-        batch = self._rows_through_transform(table, restore) if self.transform else table_to_batch(table, restore)
+        batch = (
+            self._rows_through_transform(table, restore)
+            if self.transform
+            else table_to_batch(table, restore)
+        )
         return self.batch_transform(batch) if self.batch_transform else batch
 
     def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:

@@ -52,9 +52,13 @@ def check_header(state: Any) -> None:
     """A dict of this format and a version we can read, else ValueError saying which."""
     if not isinstance(state, dict):
         raise ValueError(f"loader state must be a dict, got {type(state).__name__}")
-    missing = [k for k in (KEY_FORMAT, KEY_PLAN, KEY_SOURCE, KEY_EPOCH, KEY_CURSORS) if k not in state]
+    missing = [
+        k for k in (KEY_FORMAT, KEY_PLAN, KEY_SOURCE, KEY_EPOCH, KEY_CURSORS) if k not in state
+    ]
     if missing:
-        raise ValueError(f"loader state is missing fields {missing}; is it an elastic-loader state?")
+        raise ValueError(
+            f"loader state is missing fields {missing}; is it an elastic-loader state?"
+        )
     if state[KEY_FORMAT] != FORMAT:
         raise ValueError(f"loader state has format {state[KEY_FORMAT]!r}, expected {FORMAT!r}")
     version = state.get(KEY_FORMAT_VERSION)

@@ -85,7 +85,9 @@ class RankStream:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         done = index * self.batch_size
         cursors = _advance(self._own_start(self.rank), done, self.rows_per_split)
-        return BatchTask(self.epoch, index, self.splits.start, tuple(cursors.tolist()), self.task_rows(index))
+        return BatchTask(
+            self.epoch, index, self.splits.start, tuple(cursors.tolist()), self.task_rows(index)
+        )
 
     def cursors_at(self, rows_done: int) -> list[int]:
         """The global cursor vector once every rank has handed out `rows_done` rows."""

@@ -16,15 +16,22 @@ from loader.plan import EpochPlan, PlanSpec, supported_world_sizes
 from loader.stream import RankStream, task_order_indices
 
 
-def rank_batches(plan: EpochPlan, stream: RankStream, first: int = 0, stop: int | None = None) -> list[list[int]]:
+def rank_batches(
+    plan: EpochPlan, stream: RankStream, first: int = 0, stop: int | None = None
+) -> list[list[int]]:
     stop = stream.num_batches if stop is None else stop
     length = plan.spec.rows_per_split
-    return [plan.order(task_order_indices(stream.task(t), length)).tolist() for t in range(first, stop)]
-
-
-def streams(spec: PlanSpec, epoch: int, cursors: tuple[int, ...], world: int, batch: int, drop_last: bool) -> list[RankStream]:
     return [
-        RankStream(epoch, cursors, spec.rows_per_split, r, world, batch, drop_last) for r in range(world)
+        plan.order(task_order_indices(stream.task(t), length)).tolist() for t in range(first, stop)
+    ]
+
+
+def streams(
+    spec: PlanSpec, epoch: int, cursors: tuple[int, ...], world: int, batch: int, drop_last: bool
+) -> list[RankStream]:
+    return [
+        RankStream(epoch, cursors, spec.rows_per_split, r, world, batch, drop_last)
+        for r in range(world)
     ]
 
 
@@ -34,7 +41,9 @@ def jobs(draw: st.DrawFn) -> dict:
     rows = draw(st.integers(splits, 600))
     sizes = supported_world_sizes(splits)
     return {
-        "spec": PlanSpec(rows, splits, draw(st.booleans()), draw(st.integers(0, 2**32)), draw(st.integers(1, 40))),
+        "spec": PlanSpec(
+            rows, splits, draw(st.booleans()), draw(st.integers(0, 2**32)), draw(st.integers(1, 40))
+        ),
         "epoch": draw(st.integers(0, 3)),
         "world": draw(st.sampled_from(sizes)),
         "new_world": draw(st.sampled_from(sizes)),
@@ -66,9 +75,19 @@ def test_crash_anywhere_resume_on_any_world_size(job: dict) -> None:
     assert len(read) == len(set(read)), "no row twice"
     epoch_rows = set(np.concatenate([plan.split_rows(s) for s in range(spec.num_splits)]).tolist())
     assert set(read) <= epoch_rows
-    assert len(read) == len(epoch_rows) - after[0].skipped, "every row once, but those reported skipped"
+    assert len(read) == len(epoch_rows) - after[0].skipped, (
+        "every row once, but those reported skipped"
+    )
     if not job["drop_last"]:
-        balanced = len({sum(spec.rows_per_split - c for c in cursors[s.splits.start : s.splits.stop]) for s in after}) == 1
+        balanced = (
+            len(
+                {
+                    sum(spec.rows_per_split - c for c in cursors[s.splits.start : s.splits.stop])
+                    for s in after
+                }
+            )
+            == 1
+        )
         assert (after[0].skipped == 0) == balanced
 
 
@@ -79,15 +98,26 @@ def elastic_jobs(draw: st.DrawFn) -> dict:
     global_batch = splits * draw(st.integers(1, 6))
     worlds = [w for w in sizes if global_batch % w == 0]
     return {
-        "spec": PlanSpec(draw(st.integers(splits, 500)), splits, True, draw(st.integers(0, 999)), draw(st.integers(1, 9))),
+        "spec": PlanSpec(
+            draw(st.integers(splits, 500)),
+            splits,
+            True,
+            draw(st.integers(0, 999)),
+            draw(st.integers(1, 9)),
+        ),
         "global_batch": global_batch,
         "worlds": draw(st.lists(st.sampled_from(worlds), min_size=2, max_size=3)),
         "cut": draw(st.floats(0, 1)),
     }
 
 
-def global_batches(plan: EpochPlan, cursors: tuple[int, ...], world: int, global_batch: int) -> list[list[int]]:
-    ranks = [rank_batches(plan, s) for s in streams(plan.spec, plan.epoch, cursors, world, global_batch // world, False)]
+def global_batches(
+    plan: EpochPlan, cursors: tuple[int, ...], world: int, global_batch: int
+) -> list[list[int]]:
+    ranks = [
+        rank_batches(plan, s)
+        for s in streams(plan.spec, plan.epoch, cursors, world, global_batch // world, False)
+    ]
     return [sorted(row for batches in ranks for row in batches[t]) for t in range(len(ranks[0]))]
 
 
@@ -98,7 +128,13 @@ def test_global_batches_are_the_same_on_every_world_size(job: dict) -> None:
     plan = spec.epoch(1)
     per_split = g // spec.num_splits
     expected = [
-        sorted(row for s in range(spec.num_splits) for row in plan.split_rows(s, t * per_split, min((t + 1) * per_split, spec.rows_per_split)).tolist())
+        sorted(
+            row
+            for s in range(spec.num_splits)
+            for row in plan.split_rows(
+                s, t * per_split, min((t + 1) * per_split, spec.rows_per_split)
+            ).tolist()
+        )
         for t in range(-(-spec.rows_per_split // per_split))
     ]
     start = (0,) * spec.num_splits

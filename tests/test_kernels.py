@@ -81,7 +81,9 @@ cursor_cases = st.integers(1, 30).flatmap(
 
 @settings(max_examples=300)
 @given(case=cursor_cases, data=st.data())
-def test_stream_take_and_advance_match_twin(case: tuple[int, list[int]], data: st.DataObject) -> None:
+def test_stream_take_and_advance_match_twin(
+    case: tuple[int, list[int]], data: st.DataObject
+) -> None:
     length, cursors = case
     full = reference.stream(cursors, length)
     consumed = data.draw(st.integers(0, len(full)))
@@ -91,11 +93,16 @@ def test_stream_take_and_advance_match_twin(case: tuple[int, list[int]], data: s
     assert after.tolist() == reference.advance(cursors, consumed, length)
     if count:
         splits, levels = _stream_take(after, count, length)
-        assert list(zip(splits.tolist(), levels.tolist(), strict=True)) == full[consumed : consumed + count]
+        assert (
+            list(zip(splits.tolist(), levels.tolist(), strict=True))
+            == full[consumed : consumed + count]
+        )
 
 
 def test_order_positions_of_empty_selection() -> None:
     plan = PlanSpec(10, 2, True, 1, 3).epoch(0)
     clump, n_clumps, short_slot, short_len, half = plan._layout
-    out = _order_positions(np.empty(0, dtype=np.int64), clump, n_clumps, short_slot, short_len, plan._keys, half)
+    out = _order_positions(
+        np.empty(0, dtype=np.int64), clump, n_clumps, short_slot, short_len, plan._keys, half
+    )
     assert out.shape == (0,)

@@ -117,7 +117,9 @@ def test_first_batch_of_a_billion_rows_needs_no_o_n_memory() -> None:
 
 def test_supported_world_sizes_and_errors() -> None:
     assert supported_world_sizes(48) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]
-    with pytest.raises(ValueError, match=r"supports world sizes \[1, 2, 3, 4, 6, 8, 12, 16, 24, 48\]"):
+    with pytest.raises(
+        ValueError, match=r"supports world sizes \[1, 2, 3, 4, 6, 8, 12, 16, 24, 48\]"
+    ):
         check_world_size(48, 5)
     with pytest.raises(ValueError, match=r"rank should be in the interval \[0, 3\]"):
         owned_splits(4, 4, 8)

@@ -10,6 +10,4 @@ from __future__ import annotations
 
 import numba
 
-JIT_OPTIONS: dict[str, bool] = {"cache": True, "nogil": True}
-
-njit = numba.njit(**JIT_OPTIONS)
+njit = numba.njit(cache=True, nogil=True)

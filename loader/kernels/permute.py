@@ -73,7 +73,7 @@ def _feistel_inverse(x: np.uint64, keys: NDArray[np.uint64], half: np.uint64) ->
 
 
 @njit
-def _permute(i: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> int:
+def _permute(i: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.int64:
     """The slot-i image of the bijection on [0, n)."""
     half = np.uint64(half_bits)
     bound = np.uint64(n)
@@ -84,7 +84,7 @@ def _permute(i: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> int:
 
 
 @njit
-def _unpermute(j: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> int:
+def _unpermute(j: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.int64:
     """The inverse of `_permute`: which slot holds clump j."""
     half = np.uint64(half_bits)
     bound = np.uint64(n)
@@ -113,7 +113,7 @@ def _order_positions(
     start_short = short_slot * clump
     end_short = start_short + short_len
     last_slot = -1
-    last_clump = 0
+    last_clump = np.int64(0)
     for t in range(order_idx.shape[0]):
         i = order_idx[t]
         if i < start_short:

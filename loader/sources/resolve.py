@@ -41,7 +41,10 @@ def _check_columns(columns: list[str] | None, available: list[str], where: str) 
 def _table_fingerprint(table: pa.Table) -> str:
     """Schema, row count and the first and last rows: cheap, and catches a different table."""
     digest = hashlib.sha256(f"{table.schema}|{table.num_rows}".encode())
-    for part in (table.slice(0, _FINGERPRINT_ROWS), table.slice(max(0, table.num_rows - _FINGERPRINT_ROWS))):
+    for part in (
+        table.slice(0, _FINGERPRINT_ROWS),
+        table.slice(max(0, table.num_rows - _FINGERPRINT_ROWS)),
+    ):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, part.schema) as writer:
             writer.write_table(part)
@@ -77,7 +80,9 @@ def _arrow_filtered(data: pa.Table | pads.Dataset, filter: Any) -> tuple[int, np
             f"filter {filter!r} for an Arrow/Parquet source must be a pyarrow.compute "
             f"Expression such as pc.field('label') == 3; SQL strings need a LanceDB or Lance source"
         )
-    batches = data.to_batches() if isinstance(data, pa.Table) else data.to_batches(batch_size=1 << 16)
+    batches = (
+        data.to_batches() if isinstance(data, pa.Table) else data.to_batches(batch_size=1 << 16)
+    )
     kept, offset = [], 0
     try:
         for batch in batches:
@@ -119,13 +124,23 @@ def resolve_source(
     if isinstance(source, pa.Table):
         _check_columns(columns, source.column_names, "the Arrow table")
         n, rows = _arrow_filtered(source, filter)
-        spec = SourceSpec("arrow", "memory://arrow-table", None, None, cols, _table_fingerprint(source), data=source)
+        spec = SourceSpec(
+            "arrow",
+            "memory://arrow-table",
+            None,
+            None,
+            cols,
+            _table_fingerprint(source),
+            data=source,
+        )
         return ResolvedSource(spec, n, rows, None if filter is None else str(filter))
     if isinstance(source, pads.FileSystemDataset):
         _check_columns(columns, source.schema.names, "the Parquet dataset")
         n, rows = _arrow_filtered(source, filter)
         uri = os.path.commonpath(source.files) if source.files else ""
-        spec = SourceSpec("parquet", uri, None, None, cols, _files_fingerprint(source), data=tuple(source.files))
+        spec = SourceSpec(
+            "parquet", uri, None, None, cols, _files_fingerprint(source), data=tuple(source.files)
+        )
         return ResolvedSource(spec, n, rows, None if filter is None else str(filter))
     raise TypeError(
         f"unsupported source {type(source).__name__}: pass a LanceDB table, a lance.LanceDataset, "

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from tests.tables import lancedb_table, make_rows, parquet_dir
+
+# No per-example deadline: the first example of a kernel test may include JIT compilation,
+# and this 2-core machine is shared. Slowness is measured in benchmarks/, not here.
+settings.register_profile("elastic", deadline=None, print_blob=True)
+settings.load_profile("elastic")
+
+
+@pytest.fixture(scope="session")
+def lance_rows(tmp_path_factory: pytest.TempPathFactory):
+    """A 600-row LanceDB table on disk, shared read-only by the tests."""
+    return lancedb_table(tmp_path_factory.mktemp("lancedb"))
+
+
+@pytest.fixture(scope="session")
+def arrow_rows():
+    return make_rows(0, 600)
+
+
+@pytest.fixture(scope="session")
+def parquet_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return parquet_dir(tmp_path_factory.mktemp("parquet"))

@@ -1,0 +1,216 @@
+"""Workers, processes, epochs, transforms and errors of the loader, on a real LanceDB table."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import torch
+
+from loader import StreamingDataLoader, StreamingDataset, convert
+from loader.reader import BatchReader
+from loader.sources.open import LanceRows
+
+
+def batches(
+    table: Any, rank: int = 0, world: int = 1, batch: int = 32, **kw: Any
+) -> list[list[int]]:
+    ds = StreamingDataset(table, num_splits=4, shuffle_clump_size=5, rank=rank, world_size=world)
+    return [b["id"].tolist() for b in StreamingDataLoader(ds, batch_size=batch, **kw)]
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"num_workers": 1},
+        {"num_workers": 2},
+        {"num_workers": 4, "prefetch_factor": 1},
+        {"num_workers": 2, "persistent_workers": True},
+        {"num_workers": 2, "pin_memory": True},
+        {"num_workers": 2, "drop_last": True},
+    ],
+    ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
+)
+def test_workers_change_nothing(lance_rows: Any, kw: dict[str, Any]) -> None:
+    drop_last = kw.get("drop_last", False)
+    expected = batches(lance_rows, rank=1, world=2, drop_last=drop_last)
+    assert batches(lance_rows, rank=1, world=2, **kw) == expected
+    assert drop_last or sum(len(b) for b in expected) == 300
+
+
+def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
+    ds = StreamingDataset(lance_rows, num_splits=4, rank=0, world_size=1)
+    dl = StreamingDataLoader(ds, batch_size=50, num_workers=2, persistent_workers=True)
+    epoch0 = [b["id"].tolist() for b in dl]
+    epoch1 = [b["id"].tolist() for b in dl]  # a new `for` after a full epoch is the next epoch
+    assert sorted(flat(epoch0)) == sorted(flat(epoch1)) == list(range(600))
+    assert epoch0 != epoch1
+    head = [b["id"].tolist() for b in itertools.islice(dl, 3)]
+    state = dl.state_dict()
+    assert state["epoch"] == 2 and sum(state["cursors"]) == 150
+    rest = [b["id"].tolist() for b in dl]  # a new `for` continues where the last one stopped
+    assert sorted(flat(head + rest)) == list(range(600))
+    dl.load_state_dict(state)
+    assert [b["id"].tolist() for b in dl] == rest
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_workers_under_every_start_method_after_the_parent_used_the_table(
+    lance_rows: Any, context: str
+) -> None:
+    lance_rows.to_arrow()  # the parent has the table open and has read it
+    expected = batches(lance_rows, batch=100)
+    got = batches(lance_rows, batch=100, num_workers=2, multiprocessing_context=context)
+    assert got == expected
+
+
+def test_set_epoch_and_state_after_the_last_batch(lance_rows: Any) -> None:
+    ds = StreamingDataset(lance_rows, num_splits=4, epoch=3)
+    dl = StreamingDataLoader(ds, batch_size=64, drop_last=True)
+    assert len(dl) == 600 // 64
+    assert len(list(dl)) == 9
+    state = dl.state_dict()
+    assert state["epoch"] == 4 and set(state["cursors"]) == {0}
+    ds.set_epoch(4)  # already there: no reset
+    assert dl.state_dict() == state
+    ds.set_epoch(1)
+    assert dl.state_dict()["epoch"] == 1
+    fresh = StreamingDataset(lance_rows, num_splits=4, epoch=1)
+    assert [b["id"].tolist() for b in dl] == [
+        b["id"].tolist() for b in StreamingDataLoader(fresh, batch_size=64, drop_last=True)
+    ]
+
+
+def test_rows_of_the_dataset_and_its_state(lance_rows: Any) -> None:
+    """Row-level iteration: three ranks read 70 rows each, any one's state resumes all on W=1."""
+    ranks = [
+        StreamingDataset(lance_rows, num_splits=6, columns=["id", "name"], rank=r, world_size=3)
+        for r in range(3)
+    ]
+    assert [len(ds) for ds in ranks] == [200] * 3
+    heads = [list(itertools.islice(ds, 70)) for ds in ranks]
+    assert set(heads[0][0]) == {"id", "name"}
+    states = [ds.state_dict() for ds in ranks]
+    assert states[0] == states[1] == states[2]
+    again = StreamingDataset(lance_rows, num_splits=6, columns=["id", "name"], rank=0, world_size=1)
+    again.load_state_dict(states[2])
+    seen = [r["id"] for head in heads for r in head] + [r["id"] for r in again]
+    assert sorted(seen) == list(range(600))
+
+
+def test_default_path_reads_whole_batches_without_per_row_python(
+    lance_rows: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism behind the speed: one `take` per batch, no per-row Python conversion."""
+    takes: list[int] = []
+    converted: list[Any] = []
+    original, to_numpy = LanceRows.take, convert.column_to_numpy
+
+    def counting_take(self: LanceRows, positions: Any) -> pa.Table:
+        takes.append(len(positions))
+        assert (positions[1:] > positions[:-1]).all(), "reads are in ascending position order"
+        return original(self, positions)
+
+    def no_rows(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("per-row Python on the default path")
+
+    monkeypatch.setattr(LanceRows, "take", counting_take)
+    monkeypatch.setattr(BatchReader, "_rows_through_transform", no_rows)
+    monkeypatch.setattr(
+        convert, "column_to_numpy", lambda arr: converted.append(arr.type) or to_numpy(arr)
+    )
+    ds = StreamingDataset(
+        lance_rows, columns=["id", "x", "label"], num_splits=4, shuffle_clump_size=16
+    )
+    got = list(StreamingDataLoader(ds, batch_size=128))
+    assert takes == [128] * 4 + [88]
+    assert len(converted) == 3 * 5, "every column of every batch went through NumPy"
+    assert got[0]["x"].dtype == torch.float32 and got[0]["x"].shape == (128, 4)
+    assert got[0]["id"].dtype == torch.int64
+
+
+def test_transforms_and_on_error(lance_rows: Any) -> None:
+    def odd_only(row: dict[str, Any]) -> dict[str, Any]:
+        if row["id"] % 2 == 0:
+            raise ValueError("even")
+        return {"id": row["id"], "double": row["id"] * 2}
+
+    ds = StreamingDataset(lance_rows, num_splits=2, transform=odd_only, on_error="skip")
+    got = list(StreamingDataLoader(ds, batch_size=100))
+    ids = torch.cat([b["id"] for b in got])
+    assert sorted(ids.tolist()) == list(range(1, 600, 2))
+    assert torch.equal(torch.cat([b["double"] for b in got]), ids * 2)
+    with pytest.warns(UserWarning, match="transform failed"):
+        list(
+            itertools.islice(
+                StreamingDataset(lance_rows, num_splits=2, transform=odd_only, on_error="warn"), 3
+            )
+        )
+    with pytest.raises(ValueError, match="even"):
+        list(StreamingDataset(lance_rows, num_splits=2, transform=odd_only))
+    scaled = StreamingDataLoader(
+        StreamingDataset(lance_rows, num_splits=2),
+        batch_size=10,
+        batch_transform=lambda b: b["id"] * 10,
+    )
+    assert sorted(torch.cat(list(scaled)).tolist()) == list(range(0, 6000, 10))
+
+
+def test_bad_input_gets_clear_errors(lance_rows: Any, arrow_rows: pa.Table) -> None:
+    with pytest.raises(ValueError, match=r"world sizes \[1, 2, 3, 6\]"):
+        StreamingDataset(lance_rows, num_splits=6, rank=0, world_size=4)
+    with pytest.raises(ValueError, match="smaller than num_splits=8"):
+        StreamingDataset(lance_rows, num_splits=8, filter="id < 5")
+    with pytest.raises(ValueError, match=r"unknown columns \['nope'\].*available columns"):
+        StreamingDataset(lance_rows, num_splits=2, columns=["id", "nope"])
+    with pytest.raises(ValueError, match="filter 'no_such_column > 3' failed"):
+        StreamingDataset(lance_rows, num_splits=2, filter="no_such_column > 3")
+    with pytest.raises(ValueError, match=r"rank should be in the interval \[0, 1\]"):
+        StreamingDataset(lance_rows, num_splits=2, rank=2, world_size=2)
+    with pytest.raises(TypeError, match=r"pyarrow\.compute Expression"):
+        StreamingDataset(arrow_rows, num_splits=2, filter="id < 3")
+    with pytest.warns(UserWarning, match="num_splits not set"):
+        StreamingDataset(lance_rows)
+    with pytest.raises(ValueError, match="decided by the plan"):
+        StreamingDataLoader(StreamingDataset(lance_rows, num_splits=2), shuffle=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("num_splits", {"num_splits": 6}),
+        ("shuffle_seed", {"shuffle_seed": 1}),
+        ("shuffle_clump_size", {"shuffle_clump_size": 8}),
+        ("filter", {"filter": "id < 500"}),
+        ("shuffle", {"shuffle": False}),
+    ],
+)
+def test_a_state_from_another_plan_names_the_field(
+    lance_rows: Any, field: str, kw: dict[str, Any]
+) -> None:
+    base = {"num_splits": 4, "shuffle_seed": 0, "shuffle_clump_size": 4}
+    saved = StreamingDataLoader(StreamingDataset(lance_rows, **base), batch_size=8)
+    next(iter(saved))
+    other = StreamingDataLoader(StreamingDataset(lance_rows, **{**base, **kw}), batch_size=8)
+    with pytest.raises(ValueError, match=rf"plan\.{field}="):
+        other.load_state_dict(saved.state_dict())
+
+
+def test_a_state_with_bad_cursors_or_format_is_refused(lance_rows: Any) -> None:
+    dl = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=8)
+    good = dl.state_dict()
+    for broken, message in [
+        ({**good, "cursors": [0, 0, 0]}, "3 cursors, expected num_splits=4"),
+        ({**good, "cursors": [0, -1, 0, 0]}, "cursor of split 1 is -1"),
+        ({**good, "format_version": 99}, "format_version 99"),
+        ({"cursors": []}, "missing fields"),
+        ({**good, "plan": {**good["plan"], "drop_last": True}}, r"plan\.drop_last"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            dl.load_state_dict(broken)
