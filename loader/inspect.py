@@ -38,30 +38,29 @@ def format_inspect(path: str | os.PathLike[str]) -> str:
     state = load(path)
     stat = path.stat()
     saved = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.timezone.utc)
-    lines = [
-        f"checkpoint  {path}",
-        f"  file      {stat.st_size:,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok",
-        *_source_lines(state["source"]),
-        *_plan_lines(state["plan"]),
-        *_progress_lines(state),
+    rows = [
+        ("checkpoint", str(path)),
+        ("  file", f"{stat.st_size:,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok"),
+        *_source_rows(state["source"]),
+        *_plan_rows(state["plan"]),
+        *_progress_rows(state),
     ]
-    return "\n".join(lines)
+    return "\n".join(f"{label:<14}{value}" for label, value in rows)
 
 
-def _source_lines(source: dict[str, Any]) -> list[str]:
+def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
     version = source.get("version")
     pinned = f"version {version} (pinned)" if version is not None else "no version (unpinned)"
-    fingerprint = source.get("fingerprint")
     columns = source.get("columns")
     return [
-        f"source      {source.get('kind', '?')}  {source.get('uri', '?')}",
-        f"  table     {source.get('table') or '-'}, {pinned}",
-        f"  columns   {', '.join(columns) if columns else 'all'}",
-        f"  fingerprint {fingerprint if fingerprint else '-'}",
+        ("source", f"{source.get('kind', '?')}  {source.get('uri', '?')}"),
+        ("  table", f"{source.get('table') or '-'}, {pinned}"),
+        ("  columns", ", ".join(columns) if columns else "all"),
+        ("  fingerprint", source.get("fingerprint") or "-"),
     ]
 
 
-def _plan_lines(plan: dict[str, Any]) -> list[str]:
+def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     n, s = plan.get("num_rows"), plan["num_splits"]
     length = plan.get("rows_per_split", n // s if isinstance(n, int) else "?")
     shuffle = plan.get("shuffle")
@@ -71,13 +70,13 @@ def _plan_lines(plan: dict[str, Any]) -> list[str]:
         else "not shuffled"
     )
     return [
-        f"plan        N={_num(n)} rows, S={s} splits x L={_num(length)} rows, {order}",
-        f"  filter    {plan.get('filter') or '-'}",
-        f"  drop_last {plan.get('drop_last')}",
+        ("plan", f"N={_num(n)} rows, S={s} splits x L={_num(length)} rows, {order}"),
+        ("  filter", str(plan.get("filter") or "-")),
+        ("  drop_last", str(plan.get("drop_last"))),
     ]
 
 
-def _progress_lines(state: dict[str, Any]) -> list[str]:
+def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     plan, cursors = state["plan"], state["cursors"]
     s = plan["num_splits"]
     length = plan.get("rows_per_split")
@@ -87,15 +86,16 @@ def _progress_lines(state: dict[str, Any]) -> list[str]:
         done = f", {sum(c >= length for c in cursors)} of {s} splits finished"
     else:
         share, done = "? % of epoch", ""
-    sizes = supported_world_sizes(s)
+    saver = f"step {state.get('step', '?')}, saved by world_size {state.get('world_size', '?')}"
+    median = _num(statistics.median(cursors))
     return [
-        f"epoch       {state['epoch']}  (step {state.get('step', '?')}, "
-        f"saved by world_size {state.get('world_size', '?')})",
-        f"progress    cursor min {min(cursors):,} / median {_num(statistics.median(cursors))} / "
-        f"max {max(cursors):,} of {_num(length)} per split",
-        f"  read      {read:,} rows, {share}{done}; skipped {_num(state.get('skipped', 0))}",
-        f"resumes on  world sizes {', '.join(map(str, sizes))} (those dividing S={s})",
-    ]
+        ("epoch", f"{state['epoch']}  ({saver})"),
+        ("progress", f"cursor min {min(cursors):,} / median {median} / max {max(cursors):,} "
+                     f"of {_num(length)} per split"),
+        ("  read", f"{read:,} rows, {share}{done}; skipped {_num(state.get('skipped', 0))}"),
+        ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
+                       f"(those dividing S={s})"),
+    ]  # fmt: skip
 
 
 def _num(value: Any) -> str:

@@ -340,14 +340,14 @@ def test_inspect_prints_plan_source_progress_and_world_sizes(
     for expected in [
         str(path),
         "checksum ok",
-        "lancedb  /data/db",
+        "source        lancedb  /data/db",
         "items, version 7 (pinned)",
         "id, label",
         "N=1,003 rows, S=8 splits x L=125 rows, shuffled, seed 17, clump 4",
         "label > 2",
-        "epoch       2",
+        "epoch         2  (step 10, saved by world_size 4)",
         "cursor min 0 / median 35 / max 125 of 125 per split",
-        "read      335 rows, 33.5% of epoch, 1 of 8 splits finished",
+        "  read        335 rows, 33.5% of epoch, 1 of 8 splits finished",
         "world sizes 1, 2, 4, 8 (those dividing S=8)",
     ]:
         assert expected in out, f"{expected!r} missing from:\n{out}"
