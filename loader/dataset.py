@@ -65,7 +65,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self._shuffle = (bool(shuffle), int(shuffle_seed), int(shuffle_clump_size or 1))
         self._num_splits = num_splits
         pinned = version if version is not None else agree_with_rank0(self._current_version(source))
-        self._pin(pinned)
+        self._adopt(*self._resolve(pinned))
         self._epoch = int(epoch)
         self._cursors: tuple[int, ...] = (0,) * num_splits
         self._progress: tuple[RankStream, int] | None = None
@@ -77,14 +77,15 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         version = getattr(source, "version", None)
         return version if isinstance(version, int) else None
 
-    def _pin(self, version: int | None) -> None:
-        """Resolve the source at `version` and build the plan on its filtered row count."""
-        resolved: ResolvedSource = resolve_source(
-            self._raw_source, version=version, **self._source_args
-        )
+    def _resolve(self, version: int | None) -> tuple[ResolvedSource, PlanSpec]:
+        """The source at `version` and the plan on its filtered row count (changes nothing)."""
+        resolved = resolve_source(self._raw_source, version=version, **self._source_args)
         shuffle, seed, clump = self._shuffle
-        self.plan = PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
-        self.reader = BatchReader(resolved, self.plan, self.transform, self.on_error)
+        return resolved, PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
+
+    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
+        self.plan = plan
+        self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
 
     @property
     def source(self) -> ResolvedSource:
@@ -120,17 +121,20 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         return self._epoch
 
     def plan_identity(self, drop_last: bool) -> dict[str, Any]:
+        return self._identity(self.plan, self.source, drop_last)
+
+    def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> dict[str, Any]:
         shuffle, seed, clump = self._shuffle
         return {
-            "num_rows": self.plan.num_rows,
-            "num_splits": self.plan.num_splits,
-            "rows_per_split": self.plan.rows_per_split,
+            "num_rows": plan.num_rows,
+            "num_splits": plan.num_splits,
+            "rows_per_split": plan.rows_per_split,
             "shuffle": shuffle,
             "shuffle_seed": seed,
             "shuffle_clump_size": clump,
-            "filter": self.source.filter
-            if isinstance(self.source.filter, str | None)
-            else str(self.source.filter),
+            "filter": source.filter
+            if isinstance(source.filter, str | None)
+            else str(source.filter),
             "drop_last": drop_last,
         }
 
@@ -200,25 +204,21 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         rebuilt on exactly the rows the saved run was reading.
         """
         st.check_header(state)
+        resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
-        if saved_version is not None and saved_version != self.source.spec.version:
-            self._pin(saved_version)
-        fields = (
-            "num_splits",
-            "shuffle",
-            "shuffle_seed",
-            "shuffle_clump_size",
-            "filter",
-            "num_rows",
-        )
-        st.check_plan(
-            state,
-            self.plan_identity(bool(drop_last)),
-            (*fields, "drop_last") if drop_last is not None else fields,
-        )
-        st.check_source(state, self.source.spec.identity(), self.allow_source_change)
-        cursors = st.check_cursors(state, self.num_splits, self.rows_per_split)
-        check_world_size(self.num_splits, self.world_size)
+        if saved_version is not None and saved_version != resolved.spec.version:
+            resolved, plan = self._resolve(saved_version)
+        st.check_source(state, resolved.spec.identity(), self.allow_source_change)
+        fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
+        if not self.allow_source_change:
+            fields.append("num_rows")
+        if drop_last is not None:
+            fields.append("drop_last")
+        st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
+        cursors = st.check_cursors(state, plan.num_splits, plan.rows_per_split)
+        check_world_size(plan.num_splits, self.world_size)
+        if resolved is not self.source:  # every check passed: only now re-pin
+            self._adopt(resolved, plan)
         epoch = state[st.KEY_EPOCH]
         if all(c == self.rows_per_split for c in cursors):
             epoch, cursors = epoch + 1, [0] * self.num_splits

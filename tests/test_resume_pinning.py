@@ -176,11 +176,6 @@ def test_parquet_change_is_refused_unless_allowed(tmp_path: Path) -> None:
     assert dl.state_dict()["cursors"] == checkpoint.load(path)["cursors"]
 
 
-# LEAD BUG (loader/dataset.py load_state_dict): it checks plan.num_rows before the source,
-# so rows appended to a Parquet folder are reported as "plan.num_rows=1200 ... build the
-# dataset with the saved value", which a user cannot do, and allow_source_change=True
-# cannot override it. Remove the xfail once the source check comes first.
-@pytest.mark.xfail(strict=True, reason="lead bug: N change hides the fingerprint and the override")
 def test_parquet_rows_appended_names_the_source_and_the_override(tmp_path: Path) -> None:
     folder, path = tmp_path / "pq", tmp_path / "ckpt.json"
     _parquet(folder, [600, 600])
@@ -224,10 +219,6 @@ def test_other_table_is_refused(db: str, tmp_path: Path) -> None:
         restore(_loader(_table(db, "other")), path)
 
 
-# LEAD BUG (loader/dataset.py load_state_dict): a refused state has already re-pinned the
-# dataset to the state's version (`self._pin(saved_version)` runs before the checks), so
-# after catching the error the loader silently reads an older table (1,200 rows, not 1,300).
-@pytest.mark.xfail(strict=True, reason="lead bug: a refused load_state_dict re-pins the dataset")
 def test_refused_state_leaves_the_loader_as_it_was(db: str, tmp_path: Path) -> None:
     path = tmp_path / "ckpt.json"
     _read_then_save(_loader(_table(db)), path)
