@@ -222,19 +222,17 @@ def _parse(path: Path, data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        cut = "" if data.endswith(b"}\n") else " and does not end like a complete checkpoint"
-        raise CheckpointError(
-            path,
-            None,
-            f"is not valid JSON ({len(data)} bytes{cut}: {exc}); the file is truncated or "
-            "corrupt; use an earlier checkpoint",
-        ) from exc
+        if exc.pos >= len(data.rstrip()):
+            problem = f"is truncated: the JSON stops after {len(data)} bytes"
+        else:
+            problem = f"is not valid JSON at byte {exc.pos} of {len(data)} ({exc.msg}): corrupt"
+        raise CheckpointError(path, None, f"{problem}; use an earlier checkpoint") from exc
 
 
 def _check_envelope(path: Path, envelope: Any) -> None:
     if not isinstance(envelope, dict):
         raise CheckpointError(
-            path, None, f"holds JSON {_kind(envelope)}, not an elastic-loader checkpoint"
+            path, None, f"holds {_kind(envelope)}, not an elastic-loader checkpoint object"
         )
     fmt = envelope.get("format")
     if fmt == STATE_FORMAT:
@@ -245,8 +243,9 @@ def _check_envelope(path: Path, envelope: Any) -> None:
             "checksum; write checkpoints with loader.checkpoint.save(state, path)",
         )
     if fmt != FORMAT:
+        shown = repr(fmt) if "format" in envelope else "missing"
         raise CheckpointError(
-            path, "format", f"is {fmt!r}, expected {FORMAT!r}: not an elastic-loader checkpoint"
+            path, "format", f"is {shown}, expected {FORMAT!r}: not an elastic-loader checkpoint"
         )
     _check_version(path, "format_version", envelope.get("format_version"), FORMAT_VERSION)
     checksum = envelope.get("checksum")
@@ -341,6 +340,5 @@ def _is_count(value: Any) -> bool:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", type(None): "null"}.get(
-        type(value), f"a {type(value).__name__}"
-    )
+    names = {dict: "an object", list: "an array", str: "a string", type(None): "null"}
+    return names.get(type(value), f"a {type(value).__name__}") + " in JSON"

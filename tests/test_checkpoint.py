@@ -221,29 +221,30 @@ def test_sigkill_during_save_leaves_previous_checkpoint_loadable(tmp_path: Path)
 
 def test_truncated_at_every_length_is_refused(tmp_path: Path) -> None:
     data = checkpoint.encode(make_state())
-    path = tmp_path / "cut.json"
     for size in range(len(data) - 1):  # `data[:-1]` only drops the final newline: still whole
+        path = tmp_path / f"cut-{size}.json"  # a new file each time: ext4 makes re-truncating slow
         path.write_bytes(data[:size])
-        assert_refused(path)
-    path.write_bytes(data[: len(data) // 2])
-    assert_refused(path, None, "truncated")
-    path.write_bytes(b"")
-    assert_refused(path, None, "empty")
+        assert_refused(path, None, "empty" if size == 0 else "truncated")
 
 
 def test_every_single_bit_flip_is_refused(tmp_path: Path) -> None:
     data = checkpoint.encode(make_state())
     path = tmp_path / "flip.json"
-    for bit in range(8 * len(data)):
-        flipped = bytearray(data)
-        flipped[bit // 8] ^= 1 << (bit % 8)
-        path.write_bytes(bytes(flipped))
-        try:
-            load(path)
-        except CheckpointError as exc:
-            assert str(path) in str(exc)
-        else:
-            pytest.fail(f"flipping bit {bit % 8} of byte {bit // 8} went unnoticed")
+    path.write_bytes(data)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for bit in range(8 * len(data)):
+            index = bit // 8
+            os.pwrite(fd, bytes([data[index] ^ (1 << (bit % 8))]), index)  # in place, same size
+            try:
+                load(path)
+            except CheckpointError as exc:
+                assert str(path) in str(exc)
+            else:
+                pytest.fail(f"flipping bit {bit % 8} of byte {index} went unnoticed")
+            os.pwrite(fd, data[index : index + 1], index)
+    finally:
+        os.close(fd)
 
 
 def test_edited_value_fails_the_checksum(tmp_path: Path) -> None:
@@ -255,10 +256,10 @@ def test_edited_value_fails_the_checksum(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "field", "fragment"),
     [
-        (b'{"hello": 1}', "format", "not an elastic-loader checkpoint"),
-        (b"[1, 2, 3]", None, "JSON an array"),
-        (b'"checkpoint"', None, "JSON a string"),
-        (b"\x00\x01\x02binary", None, "not valid JSON"),
+        (b'{"hello": 1}', "format", "is missing, expected 'elastic-loader/checkpoint'"),
+        (b"[1, 2, 3]", None, "an array in JSON"),
+        (b'"checkpoint"', None, "a string in JSON"),
+        (b"\x00\x01\x02binary", None, "not valid JSON at byte 0"),
         (orjson.dumps(make_state()), "format", "bare loader state"),
         (b'{"format": "elastic-loader/checkpoint", "format_version": 1}', "checksum", ""),
         (
