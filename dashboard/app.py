@@ -26,6 +26,7 @@ def _run_picker() -> None:
     st.caption(f"collector: {ui.client().base_url}")
 
 
+st.session_state[ui.FRAMED] = True
 with st.sidebar:
     st.title("elastic-loader")
     _run_picker()

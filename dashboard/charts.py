@@ -13,12 +13,16 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-GRID_COLS = 32
-CELL_PX = 22
+GRID_COLS = 64
 
 
 def _cols(num_splits: int) -> int:
     return max(1, min(GRID_COLS, math.ceil(math.sqrt(num_splits * 4))))
+
+
+def cell_px(num_splits: int) -> int:
+    """Cells as large as fit ~400 px across (half a wide page), 6-40 px."""
+    return max(6, min(40, 400 // _cols(num_splits)))
 
 
 def split_frame(owner: list[int], cursors: list[int | None] | None = None) -> pd.DataFrame:
@@ -36,20 +40,6 @@ def split_frame(owner: list[int], cursors: list[int | None] | None = None) -> pd
     if cursors is not None:
         frame["cursor"] = [c if c is not None else -1 for c in cursors]
     return frame
-
-
-def shown_height(chart: alt.Chart | alt.LayerChart) -> int:
-    """Pixels to reserve in Streamlit: the chart's own height plus title and axis room.
-
-    With `width="stretch"`, Streamlit's "content" height squashed grids to a strip.
-    """
-    height = getattr(chart, "height", None)
-    return (height if isinstance(height, int) else 200) + 70
-
-
-def _height(frame: pd.DataFrame) -> int:
-    """Square-ish cells: rows × CELL_PX, capped so S = 4,096 still fits on a screen."""
-    return int(min((int(frame["row"].max()) + 1) * CELL_PX, 480))
 
 
 def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.LayerChart:
@@ -72,8 +62,10 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     )
     text = base.mark_text(fontSize=9, color="white").encode(x="col:O", y="row:O", text="label:N")
     # Labels stop being legible (and cost render time) beyond a few hundred cells.
-    layers = [cells, text] if num_splits <= 512 else [cells]
-    return alt.LayerChart(layer=layers, title=title).properties(height=_height(frame))
+    cell = cell_px(num_splits)
+    layers = [cells, text] if cell >= 18 else [cells]  # labels only where they are legible
+    step = alt.Step(cell)
+    return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
 
 
 def progress_grid(progress: dict[str, Any]) -> alt.Chart:
@@ -90,7 +82,7 @@ def progress_grid(progress: dict[str, Any]) -> alt.Chart:
             color=alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"),
             tooltip=["split:Q", "rank:N", "cursor:Q", alt.Tooltip("done:Q", format=".1%")],
         )
-        .properties(height=_height(frame))
+        .properties(width=alt.Step(cell_px(len(frame))), height=alt.Step(cell_px(len(frame))))
     )
 
 
@@ -106,7 +98,7 @@ def rank_bars(progress: dict[str, Any]) -> alt.Chart:
             color=alt.Color("rank:N", scale=alt.Scale(scheme="tableau20"), legend=None),
             tooltip=["rank:N", "step:Q", "rows_done:Q", "rows_total:Q"],
         )
-        .properties(height=min(18 * len(frame), 480))
+        .properties(height=alt.Step(22))
     )
 
 

@@ -12,10 +12,21 @@ import altair as alt
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboard.charts import shown_height
 from dashboard.client import CollectorClient, CollectorError
 
 REFRESH = "1s"
+FRAMED = "_framed"
+
+
+def framed() -> None:
+    """Send a page run that bypassed the entrypoint through it.
+
+    With `pages/` beside `app.py`, Streamlit runs a sub-page URL's script directly (its v1
+    multipage mode) until some session has run `st.navigation`: the first visit after
+    start-up would lose the sidebar and the wide layout.
+    """
+    if not st.session_state.get(FRAMED):
+        st.switch_page("app.py")
 
 
 @st.cache_resource
@@ -63,7 +74,10 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
-def show(chart: alt.Chart | alt.LayerChart, where: DeltaGenerator | None = None) -> None:
-    """Draw an Altair chart at full width and at the height it asks for."""
+def show(
+    chart: alt.Chart | alt.LayerChart, where: DeltaGenerator | None = None, fit: bool = True
+) -> None:
+    """Draw a chart across the page (`fit`) or at its own size (split grids: with
+    `width="stretch"` Streamlit's autosize squeezed their plot area to a strip)."""
     draw = st.altair_chart if where is None else where.altair_chart
-    draw(chart, width="stretch", height=shown_height(chart))
+    draw(chart, width="stretch" if fit else "content")

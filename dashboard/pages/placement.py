@@ -50,10 +50,10 @@ def live() -> None:
     if prev:
         before_col, after_col = st.columns(2)
         before = charts.placement_grid(prev, num_splits, f"before resume: W = {prev['world_size']}")
-        ui.show(before, before_col)
-        ui.show(now, after_col)
+        ui.show(before, before_col, fit=False)
+        ui.show(now, after_col, fit=False)
     else:
-        ui.show(now)
+        ui.show(now, fit=False)
     st.subheader("Ranks")
     table = _rank_table(cur, run["rows_per_split"])
     if table.empty:
@@ -62,6 +62,7 @@ def live() -> None:
         st.table(table.set_index("rank"))
 
 
+ui.framed()
 st.header("Placement")
 st.caption(
     "Each cell is a split, coloured by the rank (GPU) that reads it; hover for host and workers."

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dashboard import ui
 from dashboard.placement import plan_fits, supported_world_sizes
 
+ui.framed()
 st.header("Planner")
 st.caption(
     "S is fixed for the life of a run; a resume may use any W that divides it. "
@@ -36,7 +38,7 @@ st.caption(f"World sizes S = {num_splits} supports: {supported_world_sizes(int(n
 table = pd.DataFrame(
     {
         "GPUs": [f.world_size for f in fits],
-        "fits": ["✅" if f.fits else "❌" for f in fits],
+        "fits": ["yes" if f.fits else "no" for f in fits],
         "why": [f.reason for f in fits],
         "batch per GPU": [f.per_rank_batch if f.per_rank_batch else "—" for f in fits],
         "batches per epoch": [f"{f.batches_per_epoch:,}" if f.fits else "—" for f in fits],

@@ -25,7 +25,7 @@ def live() -> None:
         text=f"{progress['rows_done']:,} of {progress['rows_total']:,} rows",
     )
     grid, bars = st.columns([3, 2])
-    ui.show(charts.progress_grid(progress), grid)
+    ui.show(charts.progress_grid(progress), grid, fit=False)
     if progress["ranks"]:
         ui.show(charts.rank_bars(progress), bars)
     for r in progress["ranks"]:
@@ -35,5 +35,6 @@ def live() -> None:
         )
 
 
+ui.framed()
 st.header("Progress")
 live()

@@ -29,6 +29,7 @@ def live(window_s: int) -> None:
     st.caption(f"{data['count']:,} points, {data['bucket_s']:.0f} s per point")
 
 
+ui.framed()
 st.header("Throughput")
 choice = st.radio("window", list(WINDOWS), horizontal=True, label_visibility="collapsed")
 live(WINDOWS[choice])

@@ -25,5 +25,6 @@ def live() -> None:
     st.table(frame[["time", "label", "ranks"]].iloc[::-1].set_index("time"))
 
 
+ui.framed()
 st.header("Timeline")
 live()
