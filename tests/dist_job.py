@@ -1,0 +1,57 @@
+"""Rank bodies for tests/test_distributed.py (module level, so spawned processes import them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import orjson
+import torch.distributed as dist
+
+from loader import StreamingDataLoader, StreamingDataset
+from loader.checkpoint import load, save
+from tests.tables import make_rows
+
+NUM_SPLITS, GLOBAL_BATCH = 8, 32
+
+
+def run_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
+    """Read `steps` batches (all if None) from a resume file or a fresh start; record them."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        table = lancedb.connect(job["db"]).open_table("rows")
+        if job.get("race_append"):
+            table = _append_while_starting(rank, job["db"], table)
+        ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_clump_size=3, shuffle_seed=7)
+        dl = StreamingDataLoader(ds, batch_size=GLOBAL_BATCH // world)
+        if job.get("resume"):
+            dl.load_state_dict(load(job["resume"]))
+        batches = []
+        for step, batch in enumerate(dl):
+            batches.append(batch["id"].tolist())
+            if step + 1 == job.get("steps"):
+                break
+        state = dl.state_dict()
+        if rank == 0:
+            save(state, job["save"])
+        record = {"batches": batches, "state": state, "rows": ds.num_rows}
+        Path(job["out"], f"rank{rank}.json").write_bytes(orjson.dumps(record))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _append_while_starting(rank: int, db: str, table: Any) -> Any:
+    """Rank 0 keeps its handle on version v; rank 1 appends rows and reopens (sees v+1)."""
+    dist.barrier()
+    if rank == 1:
+        lancedb.connect(db).open_table("rows").add(make_rows(10_000, 10_040))
+    dist.barrier()
+    if rank == 0:
+        return table
+    fresh = lancedb.connect(db).open_table("rows")
+    assert fresh.count_rows() == 640, "this rank does see the write"
+    return fresh
