@@ -36,6 +36,13 @@ class TableSpec:
     uri: str
     train: str = "har_train"
     test: str = "har_test"
+    storage_options: tuple[tuple[str, str], ...] = ()  # e.g. (("region", "eu-west-1"),)
+
+    def connect(self):
+        """The LanceDB connection (object-store credentials and endpoint via storage_options)."""
+        import lancedb
+
+        return lancedb.connect(self.uri, storage_options=dict(self.storage_options) or None)
 
 
 def _centres(rng: np.random.Generator) -> np.ndarray:
@@ -79,9 +86,7 @@ def ensure_synthetic(
     Returns:
         True when the tables were (re)written, False when they were already there.
     """
-    import lancedb
-
-    db = lancedb.connect(spec.uri)
+    db = spec.connect()
     existing = set(db.list_tables().tables)
     wanted = {spec.train: (train_rows, 1), spec.test: (test_rows, 2)}
     if all(
@@ -96,9 +101,7 @@ def ensure_synthetic(
 
 def open_table(spec: TableSpec, name: str):
     """Open one table of the experiment (a LanceDB ``Table``, the loader's default source)."""
-    import lancedb
-
-    return lancedb.connect(spec.uri).open_table(name)
+    return spec.connect().open_table(name)
 
 
 def load_test_set(spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:

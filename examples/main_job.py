@@ -21,6 +21,7 @@ import contextlib
 import json
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,11 +60,12 @@ class Runner:
     def __init__(self, base: TrainConfig, work_dir: Path) -> None:
         self.base = base
         self.work_dir = work_dir
+        self.prefix = time.strftime("main-job-%H%M%S")  # run ids unique per invocation
 
     def train(self, world: int, name: str, **changes: Any) -> dict[str, Any]:
         out = self.work_dir / "runs" / name
         shutil.rmtree(out, ignore_errors=True)
-        changes.setdefault("run_id", f"main-job-{name}")
+        changes["run_id"] = f"{self.prefix}-{changes.get('run_id', name)}"
         cfg = replace(self.base, out=str(out), label=f"{name:<14}", **changes)
         launch(cfg, world)
         result = json.loads((out / "result.json").read_text())
@@ -87,8 +89,9 @@ def rows_exactly_once(result: dict[str, Any]) -> bool:
 
 
 def describe(result: dict[str, Any]) -> str:
+    start = result["resumed_from_step"] or 0
     return (
-        f"W={result['world_size']}: {result['steps']} steps in {result['seconds']:.1f} s "
+        f"W={result['world_size']}: steps {start + 1}-{result['steps']} in {result['seconds']:.1f} s "
         f"({result['backend']}, {result['threads']} thread(s)/rank); replicas differ by "
         f"{result['replica_spread']:.1e}; test accuracy {result['accuracy']:.2%}"
     )
@@ -121,7 +124,7 @@ def crash_and_resume(runner: Runner, opts: JobOptions, reference: dict[str, Any]
     kw = {"checkpoint_dir": str(folder), "checkpoint_every": opts.checkpoint_every}
     try:
         runner.train(4, "crash-w4", crash_at_step=crash_at, crash_rank=opts.crash_rank,
-                     run_id="main-job-crash", **kw)  # fmt: skip
+                     run_id="crash", **kw)  # fmt: skip
     except ProcessExitedException as err:
         failure = str(err)
         print(f"   the W=4 job failed as planned: {failure}", flush=True)
@@ -130,7 +133,7 @@ def crash_and_resume(runner: Runner, opts: JobOptions, reference: dict[str, Any]
     latest = latest_checkpoint(folder)
     print(f"   latest complete checkpoint: {latest}; resuming on W={opts.resume_world}", flush=True)
     resumed = runner.train(opts.resume_world, f"resume-w{opts.resume_world}", resume=True,
-                           run_id="main-job-crash", **kw)  # fmt: skip
+                           run_id="crash", **kw)  # fmt: skip
     print("   " + describe(resumed))
     for e in resumed["rows_per_epoch"]:
         print(
@@ -169,6 +172,7 @@ def speed(runner: Runner, opts: JobOptions) -> dict[str, Any]:
                 global_batch=batch,
             )  # fmt: skip
             table[batch][world] = result["seconds"]
+            print(f"   global batch {batch}: " + describe(result), flush=True)
     return {"seconds": table, "epochs": opts.speed_epochs}
 
 
@@ -186,15 +190,20 @@ def check(summary: dict[str, Any], dtype: str) -> list[str]:
     return problems
 
 
-def start_dashboard() -> Any:
-    """Start the collector and the dashboard; None (and a printed reason) when unavailable."""
+def start_dashboard(ui_port: int) -> Any:
+    """Start the collector and the dashboard; None (and the reason, printed) when it cannot.
+
+    The job does not depend on it: telemetry to a collector that is missing costs the
+    ranks nothing (``design.md``), so a dashboard that fails to start is reported, not fatal.
+    """
     try:
         from dashboard.launch import start_dashboard as start
-    except ImportError as err:
-        print(f"dashboard: not started ({err}); the job runs without it")
+
+        handle = start(port=0, ui_port=ui_port, db=str(REPO / "dashboard.db"))
+    except (ImportError, OSError, RuntimeError, ValueError) as err:
+        print(f"dashboard: not started ({err}); the job runs without it", flush=True)
         return None
-    handle = start()
-    print(f"dashboard: {handle.ui_url} (collector {handle.collector_url})", flush=True)
+    print(f"dashboard: {handle.ui_url}  (collector {handle.api_url})", flush=True)
     return handle
 
 
@@ -257,6 +266,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[JobOptions, TrainConfig, arg
     p.add_argument("--speed-epochs", type=int, default=4)
     p.add_argument("--work-dir", type=Path, default=REPO / "checkpoints" / "main-job")
     p.add_argument("--no-dashboard", action="store_true")
+    p.add_argument("--ui-port", type=int, default=8501, help="dashboard port (0: any free)")
     p.add_argument("--no-wait", action="store_true", help="stop the dashboard at the end")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--summary-json", type=Path, default=None)
@@ -280,10 +290,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[JobOptions, TrainConfig, arg
 def main(argv: Sequence[str] | None = None) -> int:
     opts, base, args = parse_args(argv)
     prepare_tables(args)
-    handle = start_dashboard() if opts.dashboard else None
-    if handle is not None:
-        base = replace(base, telemetry_url=handle.collector_url)
+    handle = start_dashboard(args.ui_port) if opts.dashboard else None
     try:
+        if handle is not None:
+            base = replace(base, telemetry_url=handle.api_url)
         summary = run_job(opts, base)
         summary["problems"] = check(summary, base.dtype)
         summary["cores_per_rank"] = {w: cpu_threads(w) for w in opts.worlds}

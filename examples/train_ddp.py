@@ -33,9 +33,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -68,6 +69,7 @@ class TrainConfig:
     db: str
     train_table: str = "har_train"
     test_table: str = "har_test"
+    storage_options: tuple[tuple[str, str], ...] = ()
     epochs: int = 5
     global_batch: int = 256
     num_splits: int = 8
@@ -89,7 +91,7 @@ class TrainConfig:
 
     @property
     def tables(self) -> TableSpec:
-        return TableSpec(uri=self.db, train=self.train_table, test=self.test_table)
+        return TableSpec(self.db, self.train_table, self.test_table, self.storage_options)
 
 
 def build_model() -> torch.nn.Module:
@@ -231,27 +233,30 @@ def run_rank(rank: int, world_size: int, cfg: TrainConfig, store_path: str | Non
         dist.destroy_process_group()
 
 
+def make_loader(cfg: TrainConfig, world_size: int) -> tuple[StreamingDataLoader, int]:
+    """This rank's loader: G / W rows a batch from the rank's share of ``num_splits`` splits.
+
+    Returns:
+        The loader, and N (the train table's row count, for the row ledger).
+    """
+    table = open_table(cfg.tables, cfg.train_table)
+    ds = StreamingDataset(
+        table, columns=[FEATURES, LABEL, ROW_ID], num_splits=cfg.num_splits,
+        shuffle=True, shuffle_seed=cfg.shuffle_seed,
+    )  # fmt: skip
+    dl = StreamingDataLoader(
+        ds, batch_size=cfg.global_batch // world_size, num_workers=cfg.num_workers,
+        drop_last=False, run_id=cfg.run_id,
+    )  # fmt: skip
+    return dl, table.count_rows()
+
+
 def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -> dict:
     dtype = DTYPES[cfg.dtype]
     torch.manual_seed(cfg.seed)
     model = DistributedDataParallel(build_model().to(device=device, dtype=dtype))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    table = open_table(cfg.tables, cfg.train_table)
-    num_rows = table.count_rows()
-    ds = StreamingDataset(
-        table,
-        columns=[FEATURES, LABEL, ROW_ID],
-        num_splits=cfg.num_splits,
-        shuffle=True,
-        shuffle_seed=cfg.shuffle_seed,
-    )
-    dl = StreamingDataLoader(
-        ds,
-        batch_size=cfg.global_batch // world_size,
-        num_workers=cfg.num_workers,
-        drop_last=False,
-        run_id=cfg.run_id,
-    )
+    dl, num_rows = make_loader(cfg, world_size)
     ledger = RowLedger(cfg.epochs, num_rows)
     step, first_epoch, resumed_from = 0, 0, None
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
@@ -309,8 +314,11 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -
     }
 
 
-def launch(cfg: TrainConfig, world_size: int) -> None:
+def launch(job: Any, world_size: int, target: Callable[..., None] = run_rank) -> None:
     """Start ``world_size`` ranks on this machine and wait; raise if any rank fails.
+
+    Each rank calls ``target(rank, world_size, job, store_path)``; ``job`` is a
+    ``TrainConfig`` (or anything with ``out``, pickled to every rank).
 
     Ranks are forked from a forkserver that has imported torch once, so a run does not pay
     torch's import (2–6 s on a busy laptop) per rank; the forkserver outlives the run, so
@@ -326,13 +334,21 @@ def launch(cfg: TrainConfig, world_size: int) -> None:
     # Not lancedb or pyarrow, whose threads must not be forked.
     multiprocessing.set_forkserver_preload(["torch", "torch._dynamo", "torch.nn.parallel"])
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
-    if cfg.out:
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    out = getattr(job, "out", None)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="elastic-loader-store-") as folder:
         store = str(Path(folder) / "store")
         tmp.start_processes(
-            run_rank, args=(world_size, cfg, store), nprocs=world_size, start_method="forkserver"
+            target, args=(world_size, job, store), nprocs=world_size, start_method="forkserver"
         )
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
@@ -342,6 +358,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
     p.add_argument("--db", default=spec.uri, help="LanceDB URI holding the tables")
     p.add_argument("--train-table", default=spec.train)
     p.add_argument("--test-table", default=spec.test)
+    p.add_argument(
+        "--storage-option", dest="storage_options", type=_pair, action="append", default=[],
+        help="KEY=VALUE for LanceDB on object storage (repeat), e.g. region=eu-west-1",
+    )  # fmt: skip
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--global-batch", type=int, default=256, help="G = W × per-rank batch")
     p.add_argument("--num-splits", type=int, default=8)
@@ -358,6 +378,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
     p.add_argument("--nproc", type=int, default=1, help="ranks to start (ignored under torchrun)")
     args = vars(p.parse_args(argv))
     nproc = args.pop("nproc")
+    args["storage_options"] = tuple(args["storage_options"])
     return TrainConfig(**args), nproc
 
 
