@@ -72,7 +72,14 @@ def test_lancedb_resume_reads_pinned_rows_after_append_and_delete(
 ) -> None:
     path = tmp_path / "ckpt.json"
     before = _read_then_save(_loader(_table(db), filter=filter), path)
-    pinned = checkpoint.load(path)["source"]["version"]
+    saved = checkpoint.load(path)
+    pinned = saved["source"]["version"]
+    assert saved["source"]["kind"] == "lancedb" and saved["source"]["table"] == "items"
+    assert saved["source"]["uri"].endswith("items.lance") and isinstance(pinned, int)
+    assert saved["plan"]["filter"] == filter
+    assert saved["plan"]["num_rows"] == len(
+        [i for i in range(NUM_ROWS) if filter is None or i % 5 != 3]
+    )
 
     table = _table(db)
     table.add(_rows(NUM_ROWS, NUM_ROWS + 1000))
@@ -177,6 +184,7 @@ def test_parquet_change_is_refused_unless_allowed(tmp_path: Path) -> None:
 
 
 def test_parquet_rows_appended_names_the_source_and_the_override(tmp_path: Path) -> None:
+    """Appended files change N too; the refusal still names the source and the override."""
     folder, path = tmp_path / "pq", tmp_path / "ckpt.json"
     _parquet(folder, [600, 600])
     _read_then_save(_loader(str(folder)), path)
@@ -220,6 +228,7 @@ def test_other_table_is_refused(db: str, tmp_path: Path) -> None:
 
 
 def test_refused_state_leaves_the_loader_as_it_was(db: str, tmp_path: Path) -> None:
+    """A refusal must not half-apply: the loader keeps the version it was built on."""
     path = tmp_path / "ckpt.json"
     _read_then_save(_loader(_table(db)), path)
     _table(db).add(_rows(NUM_ROWS, NUM_ROWS + 100))
