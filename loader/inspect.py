@@ -2,8 +2,9 @@
 
 It verifies the file exactly as a resume would (`loader.checkpoint.load`), so a file that
 inspects cleanly is one that loads; then it prints the plan, the pinned source, the epoch,
-per-split progress and the world sizes the file can resume on. Errors go to stderr with
-exit status 2, without a traceback: the message already names the file and the field.
+per-split progress and the world sizes the file can resume on. Given a folder, it describes
+the newest checkpoint file in it. Errors go to stderr with exit status 2, without a
+traceback: the message already names the file and the field.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from loader.checkpoint import CheckpointError, load
+from loader.checkpoint import SUFFIX, CheckpointError, latest, load
 from loader.plan import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
@@ -33,8 +34,13 @@ def print_inspect(path: str | os.PathLike[str], out: TextIO | None = None) -> in
 
 
 def format_inspect(path: str | os.PathLike[str]) -> str:
-    """The report for one checkpoint file, as printed by `print_inspect`."""
+    """The report for one checkpoint file (or a folder's newest), as `print_inspect` prints it."""
     path = Path(path)
+    if path.is_dir():
+        newest = latest(path)
+        if newest is None:
+            raise CheckpointError(path, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
+        path = newest
     state = load(path)
     stat = path.stat()
     saved = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.timezone.utc)

@@ -365,3 +365,17 @@ def test_inspect_of_a_bad_file_exits_2_naming_it(
     assert str(path) in captured.err and "truncated" in captured.err
     assert print_inspect(tmp_path / "missing.json") == 2
     assert "missing.json" in capsys.readouterr().err
+    (tmp_path / "none").mkdir()
+    assert print_inspect(tmp_path / "none") == 2
+    assert "no checkpoint (*.json) files" in capsys.readouterr().err
+
+
+def test_inspect_of_a_folder_describes_its_newest_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = save(make_state(epoch=1), tmp_path / "old.json")
+    os.utime(old, ns=(1, 1))
+    new = save(make_state(epoch=3), tmp_path / "new.json")
+    assert print_inspect(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert str(new) in out and "epoch         3" in out
