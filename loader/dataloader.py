@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Sampler
 
 from loader.dataset import StreamingDataset
+from loader.prefetch import map_ahead
 from loader.reader import BatchReader
 from loader.stream import BatchTask, RankStream
 
@@ -34,6 +36,12 @@ def _clean_worker_context() -> BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["loader.reader", "lance"])
     return context
+
+
+def _pinned(batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
 def _as_is(batch: Any) -> Any:
@@ -67,6 +75,7 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
+        read_ahead: with num_workers=0, batches read ahead in background threads (0: none).
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
     """
@@ -81,6 +90,7 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
         run_id: str | None = None,
+        read_ahead: int = 2,
         **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
@@ -97,6 +107,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.streaming_dataset = dataset
         self._rows_per_batch = batch_size
         self._drop_last = drop_last
+        self.read_ahead = read_ahead
         self._stream: RankStream | None = None
         self._yielded = 0
         self._started = False
@@ -145,7 +156,7 @@ class StreamingDataLoader(DataLoader[Any]):
         stream = ds.start_stream(self._rows_per_batch, self._drop_last)
         self._stream, self._yielded = stream, 0
         waited = time.perf_counter()
-        for batch in super().__iter__():
+        for batch in self._batches(stream):
             self._yielded += 1
             ds.record(stream, min(self._yielded * self._rows_per_batch, stream.rows))
             if self._telemetry is not None:
@@ -156,6 +167,16 @@ class StreamingDataLoader(DataLoader[Any]):
         ds.record(stream, stream.rows)
         if self._telemetry is not None:
             self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._yielded)
+
+    def _batches(self, stream: RankStream) -> Iterator[Any]:
+        """Torch's iterator with workers; our threaded read-ahead without them."""
+        if self.num_workers > 0 or self.read_ahead < 1:
+            return super().__iter__()
+        tasks = (stream.task(t) for t in range(stream.num_batches))
+        batches = map_ahead(self.dataset.__getitem__, tasks, self.read_ahead)
+        if self.pin_memory and torch.cuda.is_available():
+            return (_pinned(batch) for batch in batches)
+        return batches
 
     def _check_reader_version(self) -> None:
         """A state loaded since construction may have re-pinned the dataset to another version."""

@@ -70,7 +70,11 @@ class BatchReader(Dataset[dict[str, Any]]):
     def positions(self, task: BatchTask) -> NDArray[np.int64]:
         """Table positions of a task's rows, in stream order."""
         order_idx = task_order_indices(task, self.plan.rows_per_split)
-        positions = self._plan_of(task.epoch).order(order_idx)
+        # Ask the plan split by split (ascending order index), so consecutive rows share a
+        # clump and its permutation is computed once, then put them back in stream order.
+        by_split = np.argsort(order_idx, kind="stable")
+        positions = np.empty_like(order_idx)
+        positions[by_split] = self._plan_of(task.epoch).order(order_idx[by_split])
         rows = self.source.rows
         return positions if rows is None else rows[positions]
 
