@@ -13,9 +13,7 @@ dashboard query is timed over HTTP (median and p95 of repeated calls).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +26,7 @@ import orjson
 
 from dashboard.collector.models import EventIn
 from dashboard.collector.store import Store
-from dashboard.launch import free_port
+from dashboard.launch import start_collector_process
 from dashboard.synthetic import SyntheticRun, synthetic_events
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -36,26 +34,10 @@ JSON = {"Content-Type": "application/json"}
 
 
 def _request(url: str, body: bytes | None = None) -> bytes:
+    """GET, or POST `body` as JSON."""
     req = urllib.request.Request(url, body, JSON if body else {})
     with OPENER.open(req, timeout=30) as resp:
         return bytes(resp.read())
-
-
-def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "ELASTIC_LOADER_DASHBOARD_DB": str(db)}
-    cmd = [sys.executable, "-m", "uvicorn", "dashboard.collector.main:app", "--port", str(port)]
-    proc = subprocess.Popen([*cmd, "--log-level", "warning", "--no-access-log"], env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            _request(url + "/health")
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("collector did not start")
 
 
 def ingest_rate(url: str, per_request: int, senders: int, seconds: float) -> float:
@@ -122,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        proc, url = serve(db)
+        proc, url = start_collector_process(db)
         try:
             print(
                 "## ingest over HTTP\n\n| events per request | senders | events/s |\n|---|---|---|"

@@ -26,7 +26,7 @@ from types import FrameType
 import uvicorn
 
 from dashboard.client import ENV_API, ENV_API_TOKEN
-from dashboard.collector.config import Settings, is_loopback
+from dashboard.collector.config import ENV_DB, ENV_HOST, Settings, is_loopback
 from dashboard.collector.main import create_app
 
 APP = Path(__file__).with_name("app.py")
@@ -103,6 +103,29 @@ class DashboardHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_collector_process(
+    db: str | Path, host: str = "127.0.0.1", timeout_s: float = 60.0
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The collector alone, in its own process (`uvicorn dashboard.collector.main:app`).
+
+    For benchmarks that must not share the collector's GIL and tests that SIGKILL it.
+    Returns the process and its URL once `/health` answers.
+    """
+    port = free_port(host)
+    env = {**os.environ, ENV_DB: str(db), ENV_HOST: host}
+    cmd = [sys.executable, "-m", "uvicorn", "dashboard.collector.main:app", "--host", host]
+    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+    proc = subprocess.Popen(cmd, env=env)
+    url = _url(_reachable(host), port)
+    try:
+        _wait(lambda: _http_ok(url + "/health"), "the collector", time.monotonic() + timeout_s)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, url
 
 
 def _serve_collector(settings: Settings, port: int) -> tuple[uvicorn.Server, threading.Thread, int]:

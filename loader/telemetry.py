@@ -1,6 +1,6 @@
 """Telemetry client: a rank reports where it is to the dashboard's collector.
 
-The training loop only ever touches `on_batch` (three additions under an uncontended lock)
+The training loop only ever touches `on_batch` (three additions to running totals, no lock)
 and `event` (a non-blocking put on a bounded queue). A daemon thread wakes about once a
 second, folds the counters into one `progress` event, drains the queue and POSTs the batch
 with orjson over stdlib `urllib`. The trade-off is deliberate: telemetry is lossy. When the
@@ -142,10 +142,13 @@ class TelemetryClient:
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
-        self._lock = threading.Lock()
+        # Running totals written only by the training thread; the sender reads them and
+        # keeps the last read, so no lock is needed (a read torn between the three fields
+        # is off by one batch for one tick and corrects itself on the next).
         self._rows = 0
         self._batches = 0
         self._wait_s = 0.0
+        self._seen = (0, 0, 0.0)
         self._last_tick = time.monotonic()
         self._snapshot: Callable[[], Snapshot | None] | None = None
         self._warned = False
@@ -180,10 +183,9 @@ class TelemetryClient:
 
     def on_batch(self, rows: int, wait_s: float) -> None:
         """Count one batch handed to the training loop and how long the loop waited."""
-        with self._lock:
-            self._rows += rows
-            self._batches += 1
-            self._wait_s += wait_s
+        self._rows += rows
+        self._batches += 1
+        self._wait_s += wait_s
 
     def event(self, kind: str, **fields: Any) -> None:
         """Queue a discrete event (e.g. `checkpoint_loaded`); dropped if the queue is full."""
@@ -218,9 +220,10 @@ class TelemetryClient:
     def _progress(self) -> dict[str, Any]:
         """Fold the counters since the last tick into one `progress` event."""
         now = time.monotonic()
-        with self._lock:
-            rows, batches, wait_s = self._rows, self._batches, self._wait_s
-            self._rows, self._batches, self._wait_s = 0, 0, 0.0
+        totals = (self._rows, self._batches, self._wait_s)
+        rows, batches = totals[0] - self._seen[0], totals[1] - self._seen[1]
+        wait_s = max(0.0, totals[2] - self._seen[2])
+        self._seen = totals
         interval = max(now - self._last_tick, 1e-6)
         self._last_tick = now
         ev = self._base("progress", time.time())

@@ -10,10 +10,7 @@ Ranks and test meet through small files in `tmp_path` (no sleeps: polls with dea
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -29,7 +26,7 @@ import pyarrow as pa
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dashboard.launch import free_port
+from dashboard.launch import free_port, start_collector_process
 from dashboard.placement import owned_splits
 from loader import StreamingDataLoader, StreamingDataset
 from loader.telemetry import TelemetryWarning
@@ -102,14 +99,8 @@ def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> N
     db = str(tmp_path / "lance")
     ids = np.arange(NUM_ROWS, dtype=np.int64)
     lancedb.connect(db).create_table("items", pa.table({"id": ids}))
-    api_port = free_port()
-    api = f"http://127.0.0.1:{api_port}"
-    env = {**os.environ, "ELASTIC_LOADER_DASHBOARD_DB": str(tmp_path / "events.db")}
-    cmd = [sys.executable, "-m", "uvicorn", "dashboard.collector.main:app"]
-    cmd += ["--host", "127.0.0.1", "--port", str(api_port), "--log-level", "warning"]
-    collector = subprocess.Popen(cmd, env=env)
+    collector, api = start_collector_process(tmp_path / "events.db")
     try:
-        _poll(lambda: _get(api + "/health"), "the collector")
         ctx = mp.spawn(_rank, args=(free_port(), db, api, str(tmp_path)), nprocs=2, join=False)
         mids = [
             _poll(lambda r=r: _read(tmp_path / f"mid-{r}.json"), f"rank {r} mid-run", 120)
