@@ -24,6 +24,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) chromium lint
+	@# the kernels once more as plain Python (their twins' twin); numpy warns on the wrapping
+	@# uint64 arithmetic that Numba does silently
+	NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_kernels.py \
+		-W "ignore:overflow encountered:RuntimeWarning"
 	$(VENV)/bin/pytest -q
 
 demo: $(STAMP) chromium

@@ -28,6 +28,7 @@ def flat(batches: list[list[int]]) -> list[int]:
 @pytest.mark.parametrize(
     "kw",
     [
+        {"read_ahead": 0},
         {"num_workers": 1},
         {"num_workers": 2},
         {"num_workers": 4, "prefetch_factor": 1},
