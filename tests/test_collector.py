@@ -6,6 +6,9 @@ view must agree with the contract's placement and with the models published in O
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from dashboard.collector import models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
-from dashboard.launch import start_dashboard
+from dashboard.launch import free_port, run_dashboard, start_dashboard
 from dashboard.placement import (
     RankRate,
     owned_splits,
@@ -255,3 +258,29 @@ def _get(url: str) -> bytes:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=5) as resp:
         return bytes(resp.read())
+
+
+def test_cli_refuses_a_public_bind_without_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_dashboard(host="0.0.0.0", port=0, ui_port=0, db=str(tmp_path / "x.db")) == 2
+    assert "--token" in capsys.readouterr().err
+
+
+def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
+    """`elastic-loader dashboard` prints its URLs, serves both parts, exits 0 on SIGTERM."""
+    port, ui_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "loader.cli", "dashboard", "--port", str(port)]
+    cmd += ["--ui-port", str(ui_port), "--db", str(tmp_path / "cli.db")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # printed once both parts answer
+        assert first.startswith(f"Dashboard:  http://127.0.0.1:{ui_port}")
+        assert orjson.loads(_get(f"http://127.0.0.1:{port}/health"))["status"] == "ok"
+        assert b"<title>" in _get(f"http://127.0.0.1:{ui_port}/")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
