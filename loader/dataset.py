@@ -70,6 +70,13 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self._cursors: tuple[int, ...] = (0,) * num_splits
         self._progress: tuple[RankStream, int] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies (plain DataLoader workers under spawn) read through the picklable reader;
+        the user's table handle stays with the original, which alone may re-pin."""
+        state = self.__dict__.copy()
+        state["_raw_source"] = None
+        return state
+
     # -- the source and the plan ------------------------------------------------------
 
     @staticmethod
@@ -79,6 +86,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def _resolve(self, version: int | None) -> tuple[ResolvedSource, PlanSpec]:
         """The source at `version` and the plan on its filtered row count (changes nothing)."""
+        if self._raw_source is None:
+            raise RuntimeError(
+                "this StreamingDataset is a pickled copy (e.g. inside a DataLoader worker) and "
+                "cannot reopen its source; load states into the original in the main process"
+            )
         resolved = resolve_source(self._raw_source, version=version, **self._source_args)
         shuffle, seed, clump = self._shuffle
         return resolved, PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)

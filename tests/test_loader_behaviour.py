@@ -215,3 +215,21 @@ def test_a_state_with_bad_cursors_or_format_is_refused(lance_rows: Any) -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             dl.load_state_dict(broken)
+
+
+def test_lance_dataset_and_paths_are_sources_too(lance_rows: Any, parquet_rows: Any) -> None:
+    import pickle
+
+    import lance
+    import pyarrow.dataset as pads
+
+    expected = batches(lance_rows, batch=100)
+    uri = lance_rows.to_lance().uri
+    assert batches(lance.dataset(uri), batch=100) == expected
+    assert batches(uri, batch=100) == expected
+    by_path = batches(str(parquet_rows), batch=100)
+    assert batches(pads.dataset(str(parquet_rows), format="parquet"), batch=100) == by_path
+    assert sorted(flat(by_path)) == list(range(600))
+    ds = StreamingDataset(lance_rows, num_splits=4)
+    copy = pickle.loads(pickle.dumps(ds))  # plain DataLoader workers under spawn pickle it
+    assert [r["id"] for r in copy] == [r["id"] for r in ds]
