@@ -3,6 +3,7 @@
 from loader import StreamingDataset, StreamingDataLoader
 """
 
+from loader import checkpoint
 from loader.dataloader import StreamingDataLoader
 from loader.dataset import StreamingDataset
 from loader.plan import PlanSpec, check_world_size, owned_splits, supported_world_sizes
@@ -12,6 +13,7 @@ __all__ = [
     "StreamingDataLoader",
     "StreamingDataset",
     "check_world_size",
+    "checkpoint",
     "owned_splits",
     "supported_world_sizes",
 ]
