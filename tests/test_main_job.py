@@ -11,6 +11,7 @@ W, and every row used exactly once per epoch across the crash.
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,9 @@ def test_crash_then_resume_on_two_ranks_loses_and_repeats_nothing(summary: dict)
     assert crash["exactly_once"]
     assert crash["max_delta"] <= TOLERANCE
     assert summary["problems"] == []
+
+
+def test_quickstart_resumes_on_another_world_size(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's quickstart runs as printed (in this process: no extra torch import)."""
+    runpy.run_path(str(REPO / "examples" / "quickstart.py"), run_name="__main__")
+    assert "every row exactly once" in capsys.readouterr().out
