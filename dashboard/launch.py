@@ -206,6 +206,8 @@ def run_dashboard(
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"elastic-loader dashboard: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while starting: what started was stopped
+        return 130
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
