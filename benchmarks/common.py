@@ -138,6 +138,13 @@ def _descendant_peak_mib() -> float:
     return peak
 
 
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def drain(make: Callable[[], Iterable], count: Callable[[Any], int], case: Case) -> Result:
     """Build a loader and pull batches until ``case.max_rows`` or ``case.max_seconds``.
 
@@ -150,6 +157,7 @@ def drain(make: Callable[[], Iterable], count: Callable[[Any], int], case: Case)
         Rows and seconds of the steady state (after the first batch), the time from
         ``make()`` to the first batch, and peak RSS of this process and of its workers.
     """
+    _barrier()  # ranks of a 2-rank case start their clocks together
     started = time.perf_counter()
     it = iter(make())
     count(next(it))

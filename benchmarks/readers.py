@@ -235,13 +235,19 @@ def litdata(case: Case) -> Result:
     return drain(make, _dict_rows, case)
 
 
+def _mosaic_clean(case: Case) -> None:
+    """Remove shared memory that a previous mosaic process left behind."""
+    from streaming.base.util import clean_stale_shared_memory
+
+    if case.world_size == 1:  # with ranks, mosaic's local leader does its own bookkeeping
+        clean_stale_shared_memory()
+
+
 def mosaic(case: Case) -> Result:
     """mosaicml-streaming StreamingDataset (default py1e shuffle) over MDS shards."""
     from streaming import StreamingDataLoader, StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
 
-    if case.world_size == 1:
-        clean_stale_shared_memory()
+    _mosaic_clean(case)
 
     def make() -> Any:
         ds = StreamingDataset(
@@ -260,9 +266,8 @@ def mosaic_resume(case: Case) -> Result:
     whole epoch's shuffle and skips the consumed samples.
     """
     from streaming import StreamingDataLoader, StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
 
-    clean_stale_shared_memory()
+    _mosaic_clean(case)
     ds = StreamingDataset(
         local=str(MDS_DIR), shuffle=True, shuffle_seed=SEED, batch_size=case.batch_size
     )

@@ -49,6 +49,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _torchrun_env(case: Case) -> dict[str, str]:
+    """What torchrun sets for each rank on one node (mosaic reads the LOCAL_ ones)."""
+    rank, size = str(case.rank), str(case.world_size)
+    return {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": size}
+
+
 def launch(case: Case, timeout: float = 300.0) -> dict:
     """Run ``case`` on all its ranks at once; merge them into one record."""
     env = env_threads() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
@@ -57,21 +63,23 @@ def launch(case: Case, timeout: float = 300.0) -> dict:
     procs = [
         subprocess.Popen(
             [sys.executable, script, json.dumps(dataclasses.asdict(rank_case))],
-            env=env,
+            env=env | _torchrun_env(rank_case),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for rank_case in (dataclasses.replace(case, rank=r) for r in range(case.world_size))
     ]
-    ranks = []
-    for proc in procs:
+    ranks, errors = [], []
+    for rank, proc in enumerate(procs):
         out, err = proc.communicate(timeout=timeout)
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if proc.returncode or not lines:
-            tail = err.strip().splitlines()[-3:]
-            return {"case": dataclasses.asdict(case), "error": " | ".join(tail)}
-        ranks.append(json.loads(lines[-1]))
+        if lines:
+            ranks.append(json.loads(lines[-1]))
+        else:
+            errors.append(f"rank {rank}: " + " | ".join(err.strip().splitlines()[-3:]))
+    if errors:
+        return {"case": dataclasses.asdict(case), "error": " ;; ".join(errors)}
     return merge(case, ranks, started_at)
 
 
