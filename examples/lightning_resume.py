@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,41 +55,10 @@ class Regressor(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-class ResumableEpoch:
-    """The loader as Lightning counts an epoch, so a mid-epoch resume trains every batch left.
-
-    Lightning restores its count of batches done this epoch (say 30) and ends the epoch when
-    that count reaches `len(train_dataloader)`. `len(StreamingDataLoader)` is the batches
-    *left* from its position (34 of 64), so on its own Lightning would stop after 4 more
-    and silently drop 30 batches. This adapter reports done-before-the-resume + left (64)
-    and keeps that count in the state's `step` ("batches into the epoch").
-    """
-
-    def __init__(self, loader: StreamingDataLoader) -> None:
-        self.loader = loader
-        self._before = 0  # batches of this epoch trained before the last resume
-
-    def __len__(self) -> int:
-        return self._before + len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        yield from self.loader
-        self._before = 0  # the epoch is over; the next one starts from zero
-
-    def state_dict(self) -> dict[str, Any]:
-        state = self.loader.state_dict()
-        fresh_epoch = not any(state["cursors"])
-        return {**state, "step": 0 if fresh_epoch else self._before + state["step"]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
-        self._before = int(state["step"]) if any(state["cursors"]) else 0
-
-
 class LoaderFile(Callback):
     """Mirrors the loader state of each Lightning checkpoint into a crash-safe JSON file."""
 
-    def __init__(self, loader: ResumableEpoch, folder: Path) -> None:
+    def __init__(self, loader: StreamingDataLoader, folder: Path) -> None:
         self.loader, self.folder = loader, folder
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: Any, ckpt: dict[str, Any]) -> None:
@@ -114,10 +83,12 @@ def append_rows(table: Any, count: int) -> None:
     table.add(pa.table({"id": ids, **{f"x{i}": zeros for i in range(4)}, "y": zeros}))
 
 
-def make_loader(folder: Path) -> ResumableEpoch:
+def make_loader(folder: Path) -> StreamingDataLoader:
     table = lancedb.connect(folder / "db").open_table("points")
     ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=7, shuffle_clump_size=16)
-    return ResumableEpoch(StreamingDataLoader(ds, batch_size=BATCH))
+    # len() counts the whole epoch and state["step"] the batches into it, across a resume,
+    # which is how Lightning counts an epoch when it restores its own progress.
+    return StreamingDataLoader(ds, batch_size=BATCH)
 
 
 def run(work_dir: Path, stop_at: int, every: int) -> bool:
@@ -147,7 +118,7 @@ def run(work_dir: Path, stop_at: int, every: int) -> bool:
     exact = sorted(trained_before + second.seen) == list(range(ROWS))
     summary = {
         "pinned_version": pinned,
-        "resumed_version": second_loader.loader.streaming_dataset.source.spec.version,
+        "resumed_version": second_loader.streaming_dataset.source.spec.version,
         "checkpoint": str(last),
         "rows_before": len(trained_before),
         "rows_after": len(second.seen),

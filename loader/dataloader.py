@@ -110,6 +110,9 @@ class StreamingDataLoader(DataLoader[Any]):
         self.read_ahead = read_ahead
         self._stream: RankStream | None = None
         self._yielded = 0
+        # batches of epoch `_base_epoch` handed out before the current iteration (earlier
+        # `for` loops over the same epoch, or the run a state was saved from)
+        self._base_epoch, self._base = dataset.epoch, 0
         self._started = False
         reader = BatchReader(
             dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform
@@ -146,13 +149,17 @@ class StreamingDataLoader(DataLoader[Any]):
         return self.streaming_dataset.peek_stream(self._rows_per_batch, self._drop_last)
 
     def __len__(self) -> int:
-        """Batches this rank yields from the current position to the end of the epoch."""
-        return self._peek().num_batches
+        """Batches of this epoch on this rank: those already handed out plus those to come.
+
+        After a resume it still counts the whole epoch, as Lightning and progress bars expect.
+        """
+        return self.step + self._peek().num_batches
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.streaming_dataset
         self._check_reader_version()
         self._started = True
+        self._base_epoch, self._base = ds.position()[0], self.step
         stream = ds.start_stream(self._rows_per_batch, self._drop_last)
         self._stream, self._yielded = stream, 0
         waited = time.perf_counter()
@@ -166,7 +173,7 @@ class StreamingDataLoader(DataLoader[Any]):
             waited = time.perf_counter()
         ds.record(stream, stream.rows)
         if self._telemetry is not None:
-            self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._yielded)
+            self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._base + self._yielded)
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
         """Torch's iterator with workers; our threaded read-ahead without them."""
@@ -194,20 +201,25 @@ class StreamingDataLoader(DataLoader[Any]):
 
     @property
     def step(self) -> int:
-        """Batches handed to the training loop in the current iteration."""
-        return self._yielded
+        """Batches of the current epoch handed to the training loop (across resumes)."""
+        epoch = self.streaming_dataset.position()[0]
+        if self._stream is not None:
+            return self._base + self._yielded if self._stream.epoch == epoch else 0
+        return self._base if self._base_epoch == epoch else 0
 
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
-        return self.streaming_dataset.make_state(
-            self._rows_per_batch, self._drop_last, self._yielded
-        )
+        return self.streaming_dataset.make_state(self._rows_per_batch, self._drop_last, self.step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next `for`."""
         before = state.get("world_size") if isinstance(state, dict) else None
         self.streaming_dataset.load_state_dict(state, drop_last=self._drop_last)
         self._stream, self._yielded = None, 0
+        epoch, cursors = self.streaming_dataset.position()
+        mid_epoch = epoch == state.get("epoch") and any(cursors)
+        step = state.get("step")
+        self._base_epoch, self._base = epoch, (step if mid_epoch and isinstance(step, int) else 0)
         if self._telemetry is not None:
             self._telemetry.event(
                 "checkpoint_loaded",
@@ -223,7 +235,7 @@ class StreamingDataLoader(DataLoader[Any]):
             self._telemetry.event(
                 "checkpoint_saved",
                 path=path,
-                step=self._yielded,
+                step=self.step,
                 epoch=self.streaming_dataset.position()[0],
                 world_size=self.streaming_dataset.world_size,
             )
@@ -254,7 +266,7 @@ class StreamingDataLoader(DataLoader[Any]):
         splits = ds.splits
         return {
             "epoch": epoch,
-            "step": self._yielded,
+            "step": self.step,
             "splits": [splits.start, splits.stop],
             "cursors": list(cursors[splits.start : splits.stop]),
         }

@@ -64,8 +64,12 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self.transform, self.on_error = transform, on_error
         self._shuffle = (bool(shuffle), int(shuffle_seed), int(shuffle_clump_size or 1))
         self._num_splits = num_splits
-        pinned = version if version is not None else agree_with_rank0(self._current_version(source))
-        self._adopt(*self._resolve(pinned))
+        resolved, plan = self._resolve(version)
+        if version is None:  # a fresh start: every rank reads the version rank 0 sees
+            agreed = agree_with_rank0(resolved.spec.version)
+            if agreed != resolved.spec.version:
+                resolved, plan = self._resolve(agreed)
+        self._adopt(resolved, plan)
         self._epoch = int(epoch)
         self._cursors: tuple[int, ...] = (0,) * num_splits
         self._progress: tuple[RankStream, int] | None = None
@@ -78,11 +82,6 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         return state
 
     # -- the source and the plan ------------------------------------------------------
-
-    @staticmethod
-    def _current_version(source: Any) -> int | None:
-        version = getattr(source, "version", None)
-        return version if isinstance(version, int) else None
 
     def _resolve(self, version: int | None) -> tuple[ResolvedSource, PlanSpec]:
         """The source at `version` and the plan on its filtered row count (changes nothing)."""

@@ -88,7 +88,7 @@ def check_source(state: dict[str, Any], source: dict[str, Any], allow_change: bo
         if saved.get(name) != source.get(name) and not allow_change:
             raise ValueError(
                 f"loader state was saved from source.{name}={saved.get(name)!r} but this dataset "
-                f"reads source.{name}={source.get(name)!r}; the rows would differ. Pass "
+                f"reads source.{name}={source.get(name)!r}; the data read would differ. Pass "
                 f"allow_source_change=True to resume anyway"
             )
 

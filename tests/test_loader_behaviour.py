@@ -54,10 +54,13 @@ def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
     assert epoch0 != epoch1
     head = [b["id"].tolist() for b in itertools.islice(dl, 3)]
     state = dl.state_dict()
-    assert state["epoch"] == 2 and sum(state["cursors"]) == 150
+    assert state["epoch"] == 2 and sum(state["cursors"]) == 150 and state["step"] == 3
+    assert (dl.step, len(dl)) == (3, 12), "len counts the whole epoch, step the batches so far"
     rest = [b["id"].tolist() for b in dl]  # a new `for` continues where the last one stopped
     assert sorted(flat(head + rest)) == list(range(600))
+    assert (dl.step, len(dl)) == (0, 12), "a finished epoch: the next one has not started"
     dl.load_state_dict(state)
+    assert (dl.step, len(dl)) == (3, 12), "a resume keeps counting the epoch's batches"
     assert [b["id"].tolist() for b in dl] == rest
 
 
