@@ -32,17 +32,17 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from har_data import FEATURES, LABEL, ROW_ID, default_spec, ensure_synthetic, load_test_set
+from local_launch import launch
+from row_ledger import RowLedger
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from train_ddp import (
     DTYPES,
     REPO,
-    RowLedger,
     TrainConfig,
     build_model,
     cpu_threads,
-    launch,
     make_loader,
     pick_device,
 )
@@ -165,8 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     ensure_synthetic(cfg.tables)
     shutil.rmtree(args.checkpoint_dir, ignore_errors=True)  # no shards left from another W
-    launch(ShardedJob(cfg, args.stop_after or 40), args.nproc, target=run_rank)
-    launch(ShardedJob(replace(cfg, resume=True)), args.resume_nproc, target=run_rank)
+    launch(run_rank, ShardedJob(cfg, args.stop_after or 40), args.nproc)
+    launch(run_rank, ShardedJob(replace(cfg, resume=True)), args.resume_nproc)
     return 0
 
 

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from har_data import TEST_ROWS, TRAIN_ROWS, TableSpec, default_spec, ensure_synthetic
 from job_report import print_summary
+from local_launch import launch
 from torch.multiprocessing import ProcessExitedException
-from train_ddp import REPO, TrainConfig, cpu_threads, latest_checkpoint, launch, steps_per_epoch
+from train_ddp import REPO, TrainConfig, cpu_threads, latest_checkpoint, run_rank, steps_per_epoch
 
 TOLERANCE = 1e-9
 
@@ -69,7 +70,7 @@ class Runner:
         shutil.rmtree(out, ignore_errors=True)
         changes["run_id"] = f"{self.prefix}-{changes.get('run_id', name)}"
         cfg = replace(self.base, out=str(out), label=f"{name:<14}", **changes)
-        launch(cfg, world)
+        launch(run_rank, cfg, world)
         result = json.loads((out / "result.json").read_text())
         result["weights"] = str(out / "weights.pt")
         return result

@@ -32,9 +32,8 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,9 @@ from har_data import (
     load_test_set,
     open_table,
 )
+from local_launch import launch
 from progress import ProgressBar
+from row_ledger import RowLedger
 from torch.nn.parallel import DistributedDataParallel
 
 from loader import StreamingDataLoader, StreamingDataset
@@ -119,43 +120,6 @@ def pick_device(local_rank: int, world_size: int) -> tuple[torch.device, str]:
         device = torch.device("cuda", local_rank % count)
         return device, "nccl" if count >= world_size else "gloo"
     return torch.device("cpu"), "gloo"
-
-
-class RowLedger:
-    """How many times each row trained the model, per epoch.
-
-    Counts since the last checkpoint stay local; ``commit`` sums them over ranks into the
-    committed table, which is what a checkpoint stores. Rows read after the last
-    checkpoint by a job that then crashes are never committed: the resumed job reads them
-    again, and the committed table shows each row once.
-    """
-
-    def __init__(self, epochs: int, num_rows: int) -> None:
-        self.committed = torch.zeros(epochs, num_rows, dtype=torch.int32)
-        self.pending = torch.zeros_like(self.committed)
-
-    def add(self, epoch: int, row_ids: torch.Tensor) -> None:
-        ids = row_ids.cpu()
-        self.pending[epoch].index_add_(0, ids, torch.ones_like(ids, dtype=torch.int32))
-
-    def commit(self, device: torch.device) -> None:
-        pending = self.pending.to(device)
-        dist.all_reduce(pending)
-        self.committed += pending.cpu()
-        self.pending.zero_()
-
-    def summary(self) -> list[dict[str, int]]:
-        """Per epoch: rows used, distinct rows, and the least and most any row was used."""
-        return [
-            {
-                "epoch": epoch,
-                "rows": int(counts.sum()),
-                "distinct": int((counts > 0).sum()),
-                "min": int(counts.min()),
-                "max": int(counts.max()),
-            }
-            for epoch, counts in enumerate(self.committed)
-        ]
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -252,101 +216,120 @@ def make_loader(cfg: TrainConfig, world_size: int) -> tuple[StreamingDataLoader,
     return dl, table.count_rows()
 
 
-def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -> dict:
-    dtype = DTYPES[cfg.dtype]
-    torch.manual_seed(cfg.seed)
-    model = DistributedDataParallel(build_model().to(device=device, dtype=dtype))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    dl, num_rows = make_loader(cfg, world_size)
-    ledger = RowLedger(cfg.epochs, num_rows)
-    step, first_epoch, resumed_from = 0, 0, None
-    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    found = agreed_checkpoint(ckpt_dir, rank) if cfg.resume and ckpt_dir else None
-    if found:
-        blob = torch.load(found / "model.pt", map_location=device)
-        model.module.load_state_dict(blob["model"])
-        optimizer.load_state_dict(blob["optimizer"])
-        ledger.committed.copy_(blob["rows_seen"])
-        dl.load_state_dict(load_loader_state(found / "loader.json"))
+@dataclass
+class RankJob:
+    """One rank's training state; the methods are the phases of ``run_rank``."""
+
+    cfg: TrainConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    model: DistributedDataParallel
+    optimizer: torch.optim.Optimizer
+    dl: StreamingDataLoader
+    ledger: RowLedger
+    num_rows: int
+    step: int = 0
+    first_epoch: int = 0
+    resumed_from: int | None = None
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, rank: int, world_size: int, device: torch.device) -> RankJob:
+        torch.manual_seed(cfg.seed)  # the same starting weights on every rank
+        model = DistributedDataParallel(build_model().to(device=device, dtype=DTYPES[cfg.dtype]))
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        dl, num_rows = make_loader(cfg, world_size)
+        ledger = RowLedger(cfg.epochs, num_rows)
+        return cls(cfg, rank, world_size, device, model, optimizer, dl, ledger, num_rows)
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        return Path(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
+
+    def resume(self) -> None:
+        """Load the latest complete checkpoint, if asked and one exists."""
+        found = agreed_checkpoint(self.checkpoint_dir, self.rank) if self.checkpoint_dir else None
+        if not found:
+            return
+        blob = torch.load(found / "model.pt", map_location=self.device)
+        self.model.module.load_state_dict(blob["model"])
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.ledger.committed.copy_(blob["rows_seen"])
+        self.dl.load_state_dict(load_loader_state(found / "loader.json"))
+        self.step = self.resumed_from = blob["step"]
         # The loader's epoch, not the one saved beside it: a state saved after an epoch's
         # last batch resumes at the start of the next epoch.
-        step, first_epoch, resumed_from = blob["step"], dl.state_dict()["epoch"], blob["step"]
-    total = steps_per_epoch(num_rows, cfg) * cfg.epochs
+        self.first_epoch = self.dl.state_dict()["epoch"]
+
+    def train(self, bar: ProgressBar | None) -> float:
+        """Run the remaining epochs; return this rank's seconds."""
+        dtype = DTYPES[self.cfg.dtype]
+        start = time.perf_counter()
+        for epoch in range(self.first_epoch, self.cfg.epochs):
+            for batch in self.dl:
+                x = batch[FEATURES].to(device=self.device, dtype=dtype)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(self.model(x), batch[LABEL].to(self.device))
+                loss.backward()  # DDP averages the gradients over ranks
+                self.optimizer.step()
+                self.ledger.add(epoch, batch[ROW_ID])
+                self.step += 1
+                self.checkpoint_if_due(epoch)
+                crash_if_asked(self.cfg, self.rank, self.step)
+                if bar:
+                    bar.update(self.step, f"epoch {epoch}")
+        return time.perf_counter() - start
+
+    def checkpoint_if_due(self, epoch: int) -> None:
+        every, folder = self.cfg.checkpoint_every, self.checkpoint_dir
+        if not folder or not every or self.step % every:
+            return
+        self.ledger.commit(self.device)
+        if self.rank == 0:
+            save_checkpoint(
+                folder, self.step, epoch, self.model, self.optimizer, self.dl, self.ledger
+            )
+            self.dl.note_checkpoint_saved(str(folder / f"step-{self.step:06d}"))
+        dist.barrier()  # nobody runs ahead of a checkpoint that is not yet on disk
+
+    def report(self, seconds: float) -> dict[str, Any]:
+        """Collective: every rank calls it; rank 0's dict has the test accuracy."""
+        elapsed = torch.tensor(seconds, dtype=torch.float64, device=self.device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the job is as slow as its slowest rank
+        self.ledger.commit(self.device)
+        spread = replica_spread(self.model)
+        accuracy = float("nan")
+        if self.rank == 0:
+            accuracy = test_accuracy(
+                self.model.module, self.cfg, self.device, DTYPES[self.cfg.dtype]
+            )
+        return {
+            "config": asdict(self.cfg),
+            "world_size": self.world_size,
+            "steps": self.step,
+            "seconds": float(elapsed),
+            "accuracy": accuracy,
+            "replica_spread": spread,
+            "rows_per_epoch": self.ledger.summary(),
+            "resumed_from_step": self.resumed_from,
+            "rows_in_plan": self.cfg.num_splits * (self.num_rows // self.cfg.num_splits),
+        }
+
+
+def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -> dict[str, Any]:
+    job = RankJob.build(cfg, rank, world_size, device)
+    if cfg.resume:
+        job.resume()
+    total = steps_per_epoch(job.num_rows, cfg) * cfg.epochs
     bar = ProgressBar(total, cfg.label) if rank == 0 and cfg.progress else None
     dist.barrier()
-    start = time.perf_counter()
-    for epoch in range(first_epoch, cfg.epochs):
-        for batch in dl:
-            x = batch[FEATURES].to(device=device, dtype=dtype)
-            y = batch[LABEL].to(device)
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()  # DDP averages the gradients over ranks
-            optimizer.step()
-            ledger.add(epoch, batch[ROW_ID])
-            step += 1
-            if ckpt_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                ledger.commit(device)
-                if rank == 0:
-                    save_checkpoint(ckpt_dir, step, epoch, model, optimizer, dl, ledger)
-                    dl.note_checkpoint_saved(str(ckpt_dir / f"step-{step:06d}"))
-                dist.barrier()  # nobody runs ahead of a checkpoint that is not yet on disk
-            crash_if_asked(cfg, rank, step)
-            if bar:
-                bar.update(step, f"epoch {epoch}")
-    seconds = torch.tensor(time.perf_counter() - start, dtype=torch.float64, device=device)
-    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the job is as slow as its slowest rank
-    ledger.commit(device)
-    spread = replica_spread(model)
+    result = job.report(job.train(bar))
     if bar:
-        bar.close(f"replicas differ by {spread:.1e}")
+        bar.close(f"replicas differ by {result['replica_spread']:.1e}")
     if rank == 0 and cfg.out:
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        torch.save(model.module.state_dict(), Path(cfg.out, "weights.pt"))
-    accuracy = test_accuracy(model.module, cfg, device, dtype) if rank == 0 else float("nan")
-    return {
-        "config": asdict(cfg),
-        "world_size": world_size,
-        "steps": step,
-        "seconds": float(seconds),
-        "accuracy": accuracy,
-        "replica_spread": spread,
-        "rows_per_epoch": ledger.summary(),
-        "resumed_from_step": resumed_from,
-        "rows_in_plan": cfg.num_splits * (num_rows // cfg.num_splits),
-    }
-
-
-def launch(job: Any, world_size: int, target: Callable[..., None] = run_rank) -> None:
-    """Start ``world_size`` ranks on this machine and wait; raise if any rank fails.
-
-    Each rank calls ``target(rank, world_size, job, store_path)``; ``job`` is a
-    ``TrainConfig`` (or anything with ``out``, pickled to every rank).
-
-    Ranks are forked from a forkserver that has imported torch once, so a run does not pay
-    torch's import (2–6 s on a busy laptop) per rank; the forkserver outlives the run, so
-    every later run of the same driver starts as fast. They meet through a FileStore in a
-    fresh temporary folder (no port to pick, none to collide) and Gloo talks over loopback.
-    A rank killed by a signal surfaces as ``torch.multiprocessing.ProcessExitedException``.
-    """
-    import multiprocessing
-
-    import torch.multiprocessing as tmp
-
-    # torch's own modules only: DDP's first use imports torch._dynamo (~1 s per rank).
-    # Not lancedb or pyarrow, whose threads must not be forked.
-    multiprocessing.set_forkserver_preload(["torch", "torch._dynamo", "torch.nn.parallel"])
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
-    # Ranks share the cores (W=4 on 2 cores): spinning OpenMP threads then steal the CPU
-    # from each other; measured here, a 2-thread step ran 3-8x slower than with passive waits.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    out = getattr(job, "out", None)
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="elastic-loader-store-") as folder:
-        store = str(Path(folder) / "store")
-        tmp.start_processes(
-            target, args=(world_size, job, store), nprocs=world_size, start_method="forkserver"
-        )
+        torch.save(job.model.module.state_dict(), Path(cfg.out, "weights.pt"))
+    return result
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -394,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if cfg.db == default_spec(REPO).uri:
         ensure_synthetic(cfg.tables)
-    launch(cfg, nproc)
+    launch(run_rank, cfg, nproc)
     return 0
 
 
