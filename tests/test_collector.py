@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+from dashboard import charts
 from dashboard.collector import models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
@@ -284,3 +285,25 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_charts_draw_every_view(client: TestClient) -> None:
+    """The dashboard's Altair specs build from real responses, also before ranks report."""
+    _post(client, synthetic_events(BEFORE))
+    resumed = SyntheticRun("job", 4, 48, 20_000, 0, T0 + 31, world_size_before=8)
+    _post(client, synthetic_events(resumed))  # the resume is known, no W = 4 rank reported yet
+    placement = client.get("/api/runs/job/placement").json()
+    progress = client.get("/api/runs/job/progress").json()
+    samples = client.get("/api/runs/job/throughput").json()["data"]
+    timeline = client.get("/api/runs/job/timeline").json()["data"]
+    assert placement["current"]["ranks"] == [] and progress["cursors"] == [None] * 48
+    specs = [
+        charts.placement_grid(placement["current"], 48, "now"),
+        charts.placement_grid(placement["previous"], 48, "before"),
+        charts.progress_grid(progress),
+        charts.series_chart(samples, "rows_per_s", "rows/s"),
+        charts.series_chart([], "wait_per_step_s", "wait"),
+        charts.timeline_chart(timeline),
+    ]
+    for spec in specs:
+        assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")

@@ -63,7 +63,7 @@ def _wait_until(check: Any, timeout_s: float = 10.0) -> None:
 
 
 def test_events_reach_the_collector(collector: DashboardHandle) -> None:
-    client = TelemetryClient(collector.api_url, "run-a", STATIC, interval_s=0.05)
+    client = TelemetryClient(collector.api_url, "run-a", STATIC, interval_s=0.05, timeout_s=10)
     cursors = [0] * 8
     client.set_snapshot(lambda: {"epoch": 0, "step": 9, "splits": [4, 8], "cursors": cursors})
     for i in range(36):
