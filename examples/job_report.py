@@ -12,8 +12,8 @@ from typing import Any
 COLUMN = 16
 HARSH_NOTE = (
     "   Speed-up = time(W=1) / time(W); efficiency = speed-up / W. A harsh test here: each\n"
-    "   rank gets {cores} // W CPU threads, so W=1 already uses all {cores} core(s) and 1.0x is\n"
-    "   the best any W can do; W=4 puts 4 ranks on {cores} core(s); and every step\n"
+    "   rank gets max(1, {cores} // W) CPU threads, so W=1 already uses all {cores} core(s) and\n"
+    "   1.0x is the best any W can do; W=4 puts 4 ranks on {cores} core(s); and every step\n"
     "   all-reduces 6.5 MB of float32 gradients over loopback. What the table shows is the\n"
     "   cost of splitting a step; with a core (or a GPU) per rank, larger global batches give\n"
     "   each rank more compute per exchange, which is what makes data parallelism pay."

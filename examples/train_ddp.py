@@ -124,7 +124,8 @@ def pick_device(local_rank: int, world_size: int) -> tuple[torch.device, str]:
 
 def latest_checkpoint(directory: Path) -> Path | None:
     """The newest ``step-*`` folder whose loader state exists: that file is written last."""
-    done = sorted(p for p in directory.glob("step-*") if (p / "loader.json").exists())
+    done = [p for p in directory.glob("step-*") if (p / "loader.json").exists()]
+    done.sort(key=lambda p: int(p.name.removeprefix("step-")))
     return done[-1] if done else None
 
 
