@@ -48,13 +48,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(ok: Callable[[], bool], what: str, deadline: float, log: Path | None = None) -> None:
-    while time.monotonic() < deadline:
+def _wait(
+    ok: Callable[[], bool],
+    what: str,
+    deadline: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Poll `ok` until the deadline; give up at once if `proc` died (e.g. its port was taken)."""
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         if ok():
             return
         time.sleep(0.1)
     tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-    raise RuntimeError(f"{what} did not become ready in time\n{tail}")
+    why = "exited" if proc is not None and proc.poll() is not None else "did not answer in time"
+    raise RuntimeError(f"{what} {why}\n{tail}".rstrip())
 
 
 def _http_ok(url: str) -> bool:
@@ -120,7 +128,9 @@ def start_collector_process(
     proc = subprocess.Popen(cmd, env=env)
     url = _url(_reachable(host), port)
     try:
-        _wait(lambda: _http_ok(url + "/health"), "the collector", time.monotonic() + timeout_s)
+        _wait(
+            lambda: _http_ok(url + "/health"), "the collector", time.monotonic() + timeout_s, proc
+        )
     except BaseException:
         proc.kill()
         proc.wait()
@@ -186,7 +196,8 @@ def start_dashboard(
             handle._ui, handle._ui_log = _spawn_ui(host, ui_port, api_url, token)
             handle.ui_url = _url(_reachable(host), ui_port)
             health = handle.ui_url + "/_stcore/health"
-            _wait(lambda: _http_ok(health), "the Streamlit dashboard", deadline, handle._ui_log)
+            ui_proc, log = handle._ui, handle._ui_log
+            _wait(lambda: _http_ok(health), "the Streamlit dashboard", deadline, ui_proc, log)
     except BaseException:
         handle.stop()
         raise

@@ -7,8 +7,10 @@ view must agree with the contract's placement and with the models published in O
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +309,13 @@ def test_charts_draw_every_view(client: TestClient) -> None:
     ]
     for spec in specs:
         assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+
+
+def test_a_taken_ui_port_fails_fast(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
+            start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
+        assert time.monotonic() - start < 30  # not the 60 s readiness deadline
