@@ -30,8 +30,8 @@ test: $(STAMP) chromium lint
 		-W "ignore:overflow encountered:RuntimeWarning"
 	$(VENV)/bin/pytest -q
 
-demo: $(STAMP) chromium
-	$(VENV)/bin/elastic-loader demo
+demo: $(STAMP)
+	$(VENV)/bin/python examples/main_job.py
 
 bench: $(STAMP)
 	bash benchmarks/run.sh
