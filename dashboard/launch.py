@@ -26,7 +26,7 @@ from types import FrameType
 import uvicorn
 
 from dashboard.client import ENV_API, ENV_API_TOKEN
-from dashboard.collector.config import ENV_DB, ENV_HOST, Settings, is_loopback
+from dashboard.collector.config import ENV_DB, ENV_HOST, ENV_TOKEN, Settings, is_loopback
 from dashboard.collector.main import create_app
 
 APP = Path(__file__).with_name("app.py")
@@ -211,7 +211,11 @@ def run_dashboard(
     token: str | None = None,
     db: str = "dashboard.db",
 ) -> int:
-    """The `elastic-loader dashboard` command: start, print the URLs, run until a signal."""
+    """The `elastic-loader dashboard` command: start, print the URLs, run until a signal.
+
+    Without `--token`, the token is read from the environment, which keeps it out of `ps`.
+    """
+    token = token or os.environ.get(ENV_TOKEN) or None
     try:
         handle = start_dashboard(host, port, ui_port, token, db)
     except (ValueError, RuntimeError, OSError) as exc:

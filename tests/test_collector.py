@@ -264,8 +264,9 @@ def _get(url: str) -> bytes:
 
 
 def test_cli_refuses_a_public_bind_without_token(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("ELASTIC_LOADER_DASHBOARD_TOKEN", raising=False)
     assert run_dashboard(host="0.0.0.0", port=0, ui_port=0, db=str(tmp_path / "x.db")) == 2
     assert "--token" in capsys.readouterr().err
 
