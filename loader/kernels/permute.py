@@ -73,25 +73,29 @@ def _feistel_inverse(x: np.uint64, keys: NDArray[np.uint64], half: np.uint64) ->
 
 
 @njit
-def _permute(i: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.int64:
-    """The slot-i image of the bijection on [0, n)."""
+def _cycle_walk(
+    x: int, n: int, keys: NDArray[np.uint64], half_bits: int, inverse: bool
+) -> np.int64:
+    """Apply the Feistel network (or its inverse) until the value falls back inside [0, n)."""
     half = np.uint64(half_bits)
     bound = np.uint64(n)
-    x = _feistel(np.uint64(i), keys, half)
-    while x >= bound:
-        x = _feistel(x, keys, half)
-    return np.int64(x)
+    y = np.uint64(x)
+    while True:
+        y = _feistel_inverse(y, keys, half) if inverse else _feistel(y, keys, half)
+        if y < bound:
+            return np.int64(y)
+
+
+@njit
+def _permute(i: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.int64:
+    """The clump in slot i: the bijection on [0, n)."""
+    return _cycle_walk(i, n, keys, half_bits, False)
 
 
 @njit
 def _unpermute(j: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.int64:
     """The inverse of `_permute`: which slot holds clump j."""
-    half = np.uint64(half_bits)
-    bound = np.uint64(n)
-    x = _feistel_inverse(np.uint64(j), keys, half)
-    while x >= bound:
-        x = _feistel_inverse(x, keys, half)
-    return np.int64(x)
+    return _cycle_walk(j, n, keys, half_bits, True)
 
 
 @njit
