@@ -24,6 +24,7 @@ import inspect
 import logging
 import os
 import queue
+import re
 import socket
 import threading
 import time
@@ -41,6 +42,8 @@ ENV_URL = "ELASTIC_LOADER_TELEMETRY"
 ENV_RUN_ID = "ELASTIC_LOADER_RUN_ID"
 ENV_TOKEN = "ELASTIC_LOADER_TELEMETRY_TOKEN"
 INGEST_PATH = "/api/events"
+# What the collector accepts as a run id (dashboard/collector/models.py says the same).
+RUN_ID = re.compile(r"[^/\x00-\x1f\x7f]{1,128}")
 
 STATIC_KEYS = (
     "host",
@@ -128,6 +131,11 @@ class TelemetryClient:
         timeout_s: float = 1.0,
         max_queue: int = 1024,
     ) -> None:
+        if not RUN_ID.fullmatch(run_id):
+            raise ValueError(
+                f"Invalid telemetry run_id {run_id!r}: use 1-128 printable characters "
+                "without '/' (e.g. ELASTIC_LOADER_RUN_ID=llama-run-7)"
+            )
         self.endpoint = url.rstrip("/") + INGEST_PATH
         self.run_id = run_id
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from dashboard import charts
+from dashboard.client import CollectorClient
 from dashboard.collector import models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
@@ -320,3 +321,13 @@ def test_a_taken_ui_port_fails_fast(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
             start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
         assert time.monotonic() - start < 30  # not the 60 s readiness deadline
+
+
+def test_any_printable_run_id_round_trips(tmp_path: Path) -> None:
+    """Run ids with spaces or unicode reach the dashboard's client, URL-quoted."""
+    with start_dashboard(port=0, db=str(tmp_path / "q.db"), ui=False) as handle:
+        run = SyntheticRun("llama 7b · try #2", 2, 4, 100, 2, T0)
+        post_events(handle.api_url, synthetic_events(run))
+        client = CollectorClient(handle.api_url)
+        assert [r["run_id"] for r in client.runs()] == [run.run_id]
+        assert client.placement(run.run_id)["current"]["owner"] == [0, 0, 1, 1]

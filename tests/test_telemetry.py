@@ -161,3 +161,8 @@ def test_fields_become_json_the_collector_accepts() -> None:
     assert _field((1, 2)) == [1, 2]
     assert _field({"nested": 1}) == "{'nested': 1}"
     assert _field(None) is None
+
+
+def test_a_run_id_the_collector_cannot_serve_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="without '/'"):
+        TelemetryClient("http://127.0.0.1:9", "team/run-1", STATIC)

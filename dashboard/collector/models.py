@@ -18,7 +18,9 @@ MAX_DATA_KEYS = 32
 NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
 Seconds = Annotated[float, Field(ge=0, le=1e12)]
 Scalar = str | int | float | bool | None
-Label = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@/+\-]+$")]
+# Any printable text but '/', which could not be one URL path segment (same rule as the client).
+RUN_ID_PATTERN = r"^[^/\x00-\x1f\x7f]{1,128}$"
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 
 
 class EventIn(BaseModel):
@@ -26,7 +28,7 @@ class EventIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    run_id: Label
+    run_id: RunId
     kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
     ts: Seconds
     host: Annotated[str, Field(max_length=255)] = ""
@@ -34,7 +36,7 @@ class EventIn(BaseModel):
     local_rank: Annotated[int, Field(ge=0, lt=1 << 20)] = 0
     world_size: Annotated[int, Field(ge=1, le=1 << 20)]
     num_workers: Annotated[int, Field(ge=0, le=4096)] = 0
-    num_splits: Annotated[int, Field(ge=1, le=MAX_CURSORS)]
+    num_splits: Annotated[int, Field(ge=1, le=1 << 24)]
     rows_per_split: NonNeg = 0
     batch_size: NonNeg | None = None
     epoch: NonNeg | None = None
