@@ -2,7 +2,8 @@
 
 The training loop only ever touches `on_batch` (three additions to running totals, no lock)
 and `event` (a non-blocking put on a bounded queue). A daemon thread wakes about once a
-second, folds the counters into one `progress` event, drains the queue and POSTs the batch
+second (and at once after an `event`, so checkpoints and resumes show without delay), folds
+the counters into one `progress` event, drains the queue and POSTs the batch
 with orjson over stdlib `urllib`. The trade-off is deliberate: telemetry is lossy. When the
 collector is down, slow or refusing, events are dropped with one `TelemetryWarning`, the
 sender backs off, and the job never waits: that is worth more than a complete record.
@@ -163,6 +164,7 @@ class TelemetryClient:
         self._retry_at = 0.0
         self._backoff_s = interval_s
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a discrete event goes out now, not at the next tick
         self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -202,12 +204,14 @@ class TelemetryClient:
         ev.update(_position(position, self.static.get("num_splits")))
         ev["data"] = {str(k): _field(v) for k, v in fields.items()}
         self._offer(ev)
+        self._wake.set()
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""
         if self._stop.is_set():
             return
         self._stop.set()
+        self._wake.set()
         self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
 
     def __enter__(self) -> TelemetryClient:
@@ -256,7 +260,11 @@ class TelemetryClient:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.interval_s):
+            while True:
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
                 self._send(self._drain())
             self._send(self._drain(), final=True)
         except Exception:  # e.g. `-W error` turning the warning into an exception

@@ -166,3 +166,19 @@ def test_fields_become_json_the_collector_accepts() -> None:
 def test_a_run_id_the_collector_cannot_serve_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="without '/'"):
         TelemetryClient("http://127.0.0.1:9", "team/run-1", STATIC)
+
+
+def test_a_discrete_event_goes_out_at_once(collector: DashboardHandle) -> None:
+    """A checkpoint shows on the timeline now, not at the next tick (here a minute away)."""
+    client = TelemetryClient(collector.api_url, "run-d", STATIC, interval_s=60, timeout_s=10)
+    client.event("checkpoint_saved", step=7, epoch=0)
+    url = collector.api_url + "/api/runs/run-d/timeline"
+    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
+    client.close()
+
+
+def _get_or_none(url: str) -> Any:
+    try:
+        return _get(url)
+    except OSError:  # 404 until the first event of the run lands
+        return None

@@ -140,16 +140,20 @@ def timeline(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
         if item is None:
             item = items[key] = {"kind": ev["kind"], "ts": ev["ts"], "epoch": ev["epoch"]}
             item.update(step=ev["step"], world_size=ev["world_size"], world_size_before=before)
-            item.update(ranks=0, label=_label(ev["kind"], ev["step"], ev["world_size"], before))
+            item.update(
+                ranks=0, label=_label(ev["kind"], ev["epoch"], ev["step"], ev["world_size"], before)
+            )
         item["ranks"] += 1
     return sorted(items.values(), key=lambda item: item["ts"])
 
 
-def _label(kind: str, step: int | None, world: int, before: int | None) -> str:
+def _label(kind: str, epoch: int | None, step: int | None, world: int, before: int | None) -> str:
     at = f" at step {step:,}" if step is not None else ""
     if kind == "checkpoint_loaded":
         moved = f"W {before} → {world}" if before is not None else f"W {world}"
         return f"resumed: {moved}{at}"
     if kind == "checkpoint_saved":
         return f"checkpoint saved (W {world}){at}"
+    if kind == "epoch_end":
+        return f"epoch {epoch} ended{at}" if epoch is not None else f"epoch ended{at}"
     return f"{kind.replace('_', ' ')}{at}"
