@@ -184,10 +184,10 @@ class TelemetryClient:
         """`fn()` is called on the sender thread; it must be cheap and not raise.
 
         A bound method is held weakly: when its loader is garbage-collected the client
-        flushes and stops, so a dropped loader leaves no thread behind.
+        flushes and stops at once, so a dropped loader leaves no thread behind.
         """
         if inspect.ismethod(fn):
-            self._snapshot = weakref.WeakMethod(fn)
+            self._snapshot = weakref.WeakMethod(fn, lambda _: self._finish())
         else:
             self._snapshot = lambda: fn
 
@@ -210,9 +210,13 @@ class TelemetryClient:
         """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""
         if self._stop.is_set():
             return
+        self._finish()
+        self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
+
+    def _finish(self) -> None:
+        """Ask the sender for its final flush now (never blocks: it may run inside GC)."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
 
     def __enter__(self) -> TelemetryClient:
         return self

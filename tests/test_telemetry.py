@@ -7,6 +7,7 @@ collector refuses, hangs or rejects must take well under a second in total, one
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -182,3 +183,20 @@ def _get_or_none(url: str) -> Any:
         return _get(url)
     except OSError:  # 404 until the first event of the run lands
         return None
+
+
+def test_a_dropped_loader_ends_its_sender(collector: DashboardHandle) -> None:
+    """The client holds the snapshot weakly: collecting the loader flushes and ends it."""
+
+    class Loader:
+        def snapshot(self) -> dict[str, Any]:
+            return {"epoch": 0, "step": 3, "splits": [4, 8], "cursors": [1, 1, 1, 0]}
+
+    loader = Loader()
+    client = TelemetryClient(collector.api_url, "run-e", STATIC, interval_s=60, timeout_s=10)
+    client.set_snapshot(loader.snapshot)
+    del loader
+    gc.collect()
+    url = collector.api_url + "/api/runs/run-e/placement"
+    _wait_until(lambda: _get_or_none(url) is not None)  # the final flush, long before 60 s
+    _wait_until(lambda: client.sent == 1)
