@@ -85,12 +85,12 @@ PLANS: dict[str, Callable[[int, int], Callable[[], object]]] = {
 }
 
 
-def measure(name: str, n: int, clump: int, cold: bool, warm_reps: int = 3) -> dict:
+def measure(name: str, n: int, clump: int, cold: bool) -> dict:
     """In this fresh process: the cold call, or the warm calls and their peak extra memory.
 
     Cold is the first call, Numba kernels loaded from the on-disk cache. Warm first runs the
     plan once on a small N (loading kernels and libraries), then measures the peak RSS of
-    one full call over the RSS before it, then the median time of ``warm_reps`` calls.
+    one full call over the RSS before it, then the median time of 3 calls (1 above N = 10M).
     """
     if cold:
         call = PLANS[name](n, clump)
@@ -103,7 +103,7 @@ def measure(name: str, n: int, clump: int, cold: bool, warm_reps: int = 3) -> di
     call()
     extra = _peak_mib() - before
     warm = []
-    for _ in range(warm_reps):
+    for _ in range(3 if n <= 10_000_000 else 1):
         t0 = time.perf_counter()
         call()
         warm.append(time.perf_counter() - t0)

@@ -92,6 +92,11 @@ def ours_random(case: Case) -> Result:
     return ours(dataclasses.replace(case, clump=1))
 
 
+def ours_s2(case: Case) -> Result:
+    """``ours`` with S = 2: each batch is 2 runs of rows instead of 48 (the cost of S)."""
+    return ours(dataclasses.replace(case, num_splits=2))
+
+
 def ours_resume(case: Case) -> Result:
     """Time to first batch after ``load_state_dict`` at ``resume_at`` of the epoch.
 
@@ -152,6 +157,27 @@ def raw_take(case: Case) -> Result:
     def make() -> Any:
         ds = lance.dataset(lance_path())
         return (ds.take(p, columns=list(COLUMNS)) for p in batches)
+
+    return drain(make, _arrow_rows, case)
+
+
+def raw_take_s2(case: Case) -> Result:
+    """``raw_take`` of the batches ``ours_s2`` yields."""
+    return raw_take(dataclasses.replace(case, num_splits=2))
+
+
+def raw_take_threads(case: Case) -> Result:
+    """``raw_take`` with two reads in flight (threads), as ours reads ahead with w = 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import lance
+
+    batches = batch_positions(case)
+
+    def make() -> Any:
+        ds = lance.dataset(lance_path())
+        pool = ThreadPoolExecutor(2)
+        return pool.map(lambda p: ds.take(p, columns=list(COLUMNS)), batches)
 
     return drain(make, _arrow_rows, case)
 
@@ -333,8 +359,11 @@ def lance_torch(case: Case) -> Result:
 READERS: dict[str, Callable[[Case], Result]] = {
     "ours": ours,
     "ours_random": ours_random,
+    "ours_s2": ours_s2,
     "ours_resume": ours_resume,
     "raw_take": raw_take,
+    "raw_take_threads": raw_take_threads,
+    "raw_take_s2": raw_take_s2,
     "raw_random": raw_random,
     "raw_take_clumps": raw_take_clumps,
     "raw_range": raw_range,

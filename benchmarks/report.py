@@ -22,14 +22,16 @@ CONFIGS = ((0, 1), (2, 1), (0, 2), (2, 2))  # (num_workers, world_size)
 # use DataLoader workers); goal > 0 is a floor on ours/versus.
 TARGETS: tuple[tuple[str, str, str, float], ...] = (
     ("ours / raw take, same rows and batches", "ours", "raw_take", 0.9),
+    ("ours / raw take, same rows, 2 reads in flight", "ours", "raw_take_threads", 0.0),
     ("ours / raw take, one clump per batch", "ours", "raw_take_clumps", 0.0),
     ("ours / lancedb.streaming (C=1024, rbs=1024)", "ours", "lancedb_streaming", 30.0),
     ("ours / LitData", "ours", "litdata", 1.0),
     ("ours / mosaicml-streaming", "ours", "mosaic", 1.0),
     ("ours / lance.torch + ShardedBatchSampler", "ours", "lance_torch", 1.0),
     ("C=1: ours / raw random take", "ours_random", "raw_random", 0.9),
+    ("S=2: ours / raw take, same rows and batches", "ours_s2", "raw_take_s2", 0.0),
 )
-RAW = ("raw_take", "raw_take_clumps", "raw_range", "raw_random")
+RAW = ("raw_take", "raw_take_threads", "raw_take_clumps", "raw_range", "raw_random", "raw_take_s2")
 
 
 def load(run: str | None) -> list[dict]:
@@ -135,8 +137,10 @@ def plot(records: list[dict], path: str) -> None:
             "tab:green" if k[0].startswith("ours") else "tab:gray" if k[0] in RAW else "tab:blue"
             for k in keys
         ]
-        ax.barh([k[0] for k in keys], [rate[k] for k in keys], color=colors)
+        bars = ax.barh([k[0] for k in keys], [rate[k] for k in keys], color=colors)
+        ax.bar_label(bars, labels=[f"{rate[k]:,.0f}" for k in keys], fontsize=7, padding=2)
         ax.set_xscale("log")
+        ax.set_xlim(right=max(rate.values()) * 8)  # room for the labels
         ax.set_title(f"num_workers={w}, world size {ws}")
         ax.set_xlabel("rows/s (median; raw reads use no workers)")
     fig.suptitle("elastic-loader vs raw Lance and peers: 2M rows x 528 B, clump 1024, batch 1024")
