@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--pairs", type=int, default=7, help="off/on pairs to alternate")
+    parser.add_argument("--pairs", type=int, default=15, help="off/on pairs to alternate")
     args = parser.parse_args(argv)
     table = make_table(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
