@@ -13,6 +13,7 @@ dashboard query is timed over HTTP (median and p95 of repeated calls).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 "timeline": f"{base}/timeline",
             }
             for name, q in queries.items():
-                med, p95, size = latency_ms(lambda q=q: _request(q), args.repeat)
+                med, p95, size = latency_ms(functools.partial(_request, q), args.repeat)
                 print(f"| {name} | {med:.1f} | {p95:.1f} | {size:,} |")
         finally:
             proc.terminate()

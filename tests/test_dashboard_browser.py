@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
@@ -46,7 +47,7 @@ class LiveRanks:
         self._thread = threading.Thread(target=self._feed, daemon=True)
         self._thread.start()
 
-    def _snapshot(self, rank: int):  # type: ignore[no-untyped-def]
+    def _snapshot(self, rank: int) -> Callable[[], dict[str, Any]]:
         lo, hi = owned_splits(rank, W, S)
         return lambda: {
             "epoch": 1,

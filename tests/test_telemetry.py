@@ -24,7 +24,13 @@ import pytest
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader.telemetry import TelemetryClient, TelemetryWarning, _field
 
-STATIC = {"rank": 1, "local_rank": 1, "world_size": 2, "num_workers": 0, "num_splits": 8}
+STATIC: dict[str, Any] = {
+    "rank": 1,
+    "local_rank": 1,
+    "world_size": 2,
+    "num_workers": 0,
+    "num_splits": 8,
+}
 STATIC |= {"rows_per_split": 100, "batch_size": 4, "host": "test-host"}
 
 

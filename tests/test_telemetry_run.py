@@ -10,6 +10,7 @@ Ranks and test meet through small files in `tmp_path` (no sleeps: polls with dea
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -103,7 +104,7 @@ def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> N
     try:
         ctx = mp.spawn(_rank, args=(free_port(), db, api, str(tmp_path)), nprocs=2, join=False)
         mids = [
-            _poll(lambda r=r: _read(tmp_path / f"mid-{r}.json"), f"rank {r} mid-run", 120)
+            _poll(functools.partial(_read, tmp_path / f"mid-{r}.json"), f"rank {r} mid-run", 120)
             for r in range(2)
         ]
         placement = _get(f"{api}/api/runs/{RUN}/placement")
