@@ -68,22 +68,24 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
 
 
-def progress_grid(progress: dict[str, Any]) -> alt.Chart:
+def progress_grid(progress: dict[str, Any]) -> alt.LayerChart:
     """Per-split cursor as a heatmap: 0 (white) to rows per split (dark); grey = unknown."""
     frame = split_frame(progress["owner"], progress["cursors"])
     per_split = max(1, progress["rows_per_split"])
     frame["done"] = [c / per_split if c >= 0 else None for c in frame["cursor"]]
-    return (
-        alt.Chart(frame, title="cursor per split (share of the split read)")
+    base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
+    unknown = base.mark_rect(stroke="white", color="#dddddd").encode(tooltip=["split:Q", "rank:N"])
+    known = (
+        base.transform_filter("datum.cursor >= 0")
         .mark_rect(stroke="white")
         .encode(
-            x=alt.X("col:O", axis=None),
-            y=alt.Y("row:O", axis=None),
             color=alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"),
             tooltip=["split:Q", "rank:N", "cursor:Q", alt.Tooltip("done:Q", format=".1%")],
         )
-        .properties(width=alt.Step(cell_px(len(frame))), height=alt.Step(cell_px(len(frame))))
     )
+    step = alt.Step(cell_px(len(frame)))
+    title = "cursor per split (share of the split read; grey: not reported yet)"
+    return alt.LayerChart(layer=[unknown, known], title=title).properties(width=step, height=step)
 
 
 def rank_bars(progress: dict[str, Any]) -> alt.Chart:
