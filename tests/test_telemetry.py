@@ -135,9 +135,9 @@ def test_the_queue_is_bounded(silent_port: int) -> None:
         start = time.perf_counter()
         for _ in range(1000):
             client.event("checkpoint_saved", step=1)
-        assert time.perf_counter() - start < 0.5
-        assert client.dropped >= 1000 - 8
-        client.close()
+        assert time.perf_counter() - start < 0.5  # a full queue drops, it never waits
+        client.close(timeout_s=5)  # let the in-flight and final sends time out
+        assert client.sent == 0 and client.dropped >= 1000  # every event (and tick) dropped
 
 
 @pytest.mark.filterwarnings("ignore::loader.telemetry.TelemetryWarning")
