@@ -325,6 +325,7 @@ def _train(rank: int, world_size: int, cfg: TrainConfig, device: torch.device) -
     bar = ProgressBar(total, cfg.label) if rank == 0 and cfg.progress else None
     dist.barrier()
     result = job.report(job.train(bar))
+    job.dl.close()  # flush the last telemetry: spawned ranks skip atexit
     if bar:
         bar.close(f"replicas differ by {result['replica_spread']:.1e}")
     if rank == 0 and cfg.out:

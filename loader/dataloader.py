@@ -237,8 +237,16 @@ class StreamingDataLoader(DataLoader[Any]):
                 path=path,
                 step=self.step,
                 epoch=self.streaming_dataset.position()[0],
-                world_size=self.streaming_dataset.world_size,
             )
+
+    def close(self) -> None:
+        """Flush and stop this loader's telemetry (bounded: about 2 s at most).
+
+        Worth calling at the end of a rank: spawned and forkserver children skip atexit,
+        so their last second of telemetry would be lost.
+        """
+        if self._telemetry is not None:
+            self._telemetry.close()
 
     # -- telemetry ----------------------------------------------------------------------
 
