@@ -236,3 +236,24 @@ def test_lance_dataset_and_paths_are_sources_too(lance_rows: Any, parquet_rows: 
     ds = StreamingDataset(lance_rows, num_splits=4)
     copy = pickle.loads(pickle.dumps(ds))  # plain DataLoader workers under spawn pickle it
     assert [r["id"] for r in copy] == [r["id"] for r in ds]
+
+
+def test_resume_reads_only_what_is_left(lance_rows: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming at 90 % of the epoch reads the rest and nothing before it: no replay."""
+    saved = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=60)
+    head = flat([b["id"].tolist() for b in itertools.islice(saved, 9)])
+    takes: list[int] = []
+    original = LanceRows.take
+
+    def counting_take(self: LanceRows, positions: Any) -> pa.Table:
+        takes.append(len(positions))
+        return original(self, positions)
+
+    monkeypatch.setattr(LanceRows, "take", counting_take)
+    resumed = StreamingDataLoader(
+        StreamingDataset(lance_rows, num_splits=4, rank=1, world_size=2), batch_size=30
+    )
+    resumed.load_state_dict(saved.state_dict())
+    rest = flat([b["id"].tolist() for b in resumed])
+    assert takes == [30], "one read of the 30 rows left to this rank, nothing replayed"
+    assert len(rest) == 30 and not set(rest) & set(head)
