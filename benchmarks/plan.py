@@ -101,7 +101,7 @@ def measure(name: str, n: int, clump: int, cold: bool) -> dict:
     call = PLANS[name](n, clump)
     before = _rss_mib()
     call()
-    extra = _peak_mib() - before
+    extra = max(0.0, _peak_mib() - before)
     warm = []
     for _ in range(3 if n <= 10_000_000 else 1):
         t0 = time.perf_counter()

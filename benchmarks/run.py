@@ -137,7 +137,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", nargs="*", help="loader names (default: all)")
-    ap.add_argument("--max-seconds", type=float, default=4.0, help="per measurement")
+    ap.add_argument("--max-seconds", type=float, default=6.0, help="per measurement")
     args = ap.parse_args()
     run(args.reps, args.only, args.max_seconds)
 
