@@ -58,10 +58,10 @@ class _TaskSampler(Sampler[BatchTask]):
     def __iter__(self) -> Iterator[BatchTask]:
         stream = self._loader._stream
         assert stream is not None, "the loader starts a stream before torch asks for tasks"
-        return (stream.task(t) for t in range(stream.num_batches))
+        return stream.tasks(self._loader.batches_per_read)
 
     def __len__(self) -> int:
-        return self._loader._peek().num_batches
+        return -(-self._loader._peek().num_batches // self._loader.batches_per_read)
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -75,7 +75,10 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
-        read_ahead: with num_workers=0, batches read ahead in background threads (0: none).
+        read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
+        read_size: rows per read: consecutive batches are read together (one sorted read
+            in which each split's rows form one run) and handed out one by one. The batches
+            are the same whatever it is; it trades memory in flight for fewer, longer reads.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
     """
@@ -91,6 +94,7 @@ class StreamingDataLoader(DataLoader[Any]):
         telemetry: str | None = None,
         run_id: str | None = None,
         read_ahead: int = 2,
+        read_size: int = 8192,
         **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
@@ -108,6 +112,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._rows_per_batch = batch_size
         self._drop_last = drop_last
         self.read_ahead = read_ahead
+        self.batches_per_read = max(1, read_size // batch_size)
         self._stream: RankStream | None = None
         self._yielded = 0
         # batches of epoch `_base_epoch` handed out before the current iteration (earlier
@@ -176,14 +181,16 @@ class StreamingDataLoader(DataLoader[Any]):
             self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._base + self._yielded)
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
-        """Torch's iterator with workers; our threaded read-ahead without them."""
+        """Batches one by one from reads of several: torch's iterator with workers, our
+        threaded read-ahead without them."""
         if self.num_workers > 0 or self.read_ahead < 1:
-            return super().__iter__()
-        tasks = (stream.task(t) for t in range(stream.num_batches))
-        batches = map_ahead(self.dataset.__getitem__, tasks, self.read_ahead)
-        if self.pin_memory and torch.cuda.is_available():
-            return (_pinned(batch) for batch in batches)
-        return batches
+            reads: Iterator[list[Any]] = super().__iter__()
+        else:
+            tasks = stream.tasks(self.batches_per_read)
+            reads = map_ahead(self.dataset.__getitem__, tasks, self.read_ahead)
+            if self.pin_memory and torch.cuda.is_available():
+                reads = ([_pinned(batch) for batch in read] for read in reads)
+        return (batch for read in reads for batch in read)
 
     def _check_reader_version(self) -> None:
         """A state loaded since construction may have re-pinned the dataset to another version."""

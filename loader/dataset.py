@@ -254,7 +254,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         )
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for index in range(worker, stream.num_batches, workers):
-            table, restore = self.reader.read(self.reader.positions(stream.task(index)))
+            table, restore = self.reader.read(self.reader.positions(stream.task(index)))  # one read
             rows = table.take(pa.array(restore)).to_pylist()
             for offset, row in enumerate(rows):
                 if info is None:

@@ -7,6 +7,7 @@ opened in the parent is never used in a child).
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from collections.abc import Callable
@@ -26,8 +27,8 @@ OnError = Literal["raise", "skip", "warn"]
 ON_ERROR: tuple[str, ...] = ("raise", "skip", "warn")
 
 
-class BatchReader(Dataset[dict[str, Any]]):
-    """Map-style dataset whose keys are `BatchTask`s and whose items are batches."""
+class BatchReader(Dataset[list[Any]]):
+    """Map-style dataset whose keys are `BatchTask`s and whose items are lists of batches."""
 
     def __init__(
         self,
@@ -86,14 +87,19 @@ class BatchReader(Dataset[dict[str, Any]]):
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
-    def __getitem__(self, task: BatchTask) -> Any:
+    def __getitem__(self, task: BatchTask) -> list[Any]:
+        """The task's batches, from one read; numeric columns are slices of one tensor each."""
         table, restore = self.read(self.positions(task))
-        batch = (
-            self._rows_through_transform(table, restore)
-            if self.transform
-            else table_to_batch(table, restore)
-        )
-        return self.batch_transform(batch) if self.batch_transform else batch
+        bounds = np.cumsum((0, *task.sizes)).tolist()
+        spans = list(itertools.pairwise(bounds))
+        if self.transform:
+            batches = [self._rows_through_transform(table, restore[a:b]) for a, b in spans]
+        else:
+            whole = table_to_batch(table, restore)
+            batches = [{k: v[a:b] for k, v in whole.items()} for a, b in spans]
+        if self.batch_transform:
+            return [self.batch_transform(batch) for batch in batches]
+        return batches
 
     def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:
         """The per-row path, only when the user asked for a per-row transform."""

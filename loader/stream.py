@@ -8,6 +8,7 @@ small task and nothing is shared between processes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,13 +20,21 @@ from loader.plan import owned_splits
 
 @dataclass(frozen=True)
 class BatchTask:
-    """What a worker needs to read one batch: self-contained, small, picklable."""
+    """What a worker needs to read consecutive batches: self-contained, small, picklable.
+
+    One task may cover several batches (`sizes`): they are read with one sorted read, in
+    which each split's rows are one run, and handed out as slices.
+    """
 
     epoch: int
-    index: int
+    index: int  # of the first batch
     first_split: int
-    cursors: tuple[int, ...]  # of the rank's splits, before this batch
-    count: int
+    cursors: tuple[int, ...]  # of the rank's splits, before the first batch
+    sizes: tuple[int, ...]  # rows of each batch
+
+    @property
+    def count(self) -> int:
+        return sum(self.sizes)
 
 
 @dataclass(frozen=True)
@@ -79,14 +88,20 @@ class RankStream:
         """Rows in batch `index` (the last one may be short)."""
         return min(self.batch_size, self.rows - index * self.batch_size)
 
-    def task(self, index: int) -> BatchTask:
-        """Batch `index` of this rank (0-based from the start of the stream)."""
+    def task(self, index: int, batches: int = 1) -> BatchTask:
+        """Batches [index, index + batches) of this rank (0-based from the start of the stream)."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         done = index * self.batch_size
         cursors = _advance(self._own_start(self.rank), done, self.rows_per_split)
-        return BatchTask(
-            self.epoch, index, self.splits.start, tuple(cursors.tolist()), self.task_rows(index)
+        stop = min(index + batches, self.num_batches)
+        sizes = tuple(self.task_rows(t) for t in range(index, stop))
+        return BatchTask(self.epoch, index, self.splits.start, tuple(cursors.tolist()), sizes)
+
+    def tasks(self, batches_per_read: int) -> Iterator[BatchTask]:
+        """The whole stream as tasks of `batches_per_read` batches (the last may be fewer)."""
+        return (
+            self.task(t, batches_per_read) for t in range(0, self.num_batches, batches_per_read)
         )
 
     def cursors_at(self, rows_done: int) -> list[int]:

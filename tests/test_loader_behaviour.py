@@ -29,6 +29,8 @@ def flat(batches: list[list[int]]) -> list[int]:
     "kw",
     [
         {"read_ahead": 0},
+        {"read_size": 1},
+        {"num_workers": 2, "read_size": 100},
         {"num_workers": 1},
         {"num_workers": 2},
         {"num_workers": 4, "prefetch_factor": 1},
@@ -111,7 +113,7 @@ def test_rows_of_the_dataset_and_its_state(lance_rows: Any) -> None:
 def test_default_path_reads_whole_batches_without_per_row_python(
     lance_rows: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mechanism behind the speed: one `take` per batch, no per-row Python conversion."""
+    """The mechanism behind the speed: one sorted `take` per read, no per-row Python."""
     takes: list[int] = []
     converted: list[Any] = []
     original, to_numpy = LanceRows.take, convert.column_to_numpy
@@ -132,9 +134,10 @@ def test_default_path_reads_whole_batches_without_per_row_python(
     ds = StreamingDataset(
         lance_rows, columns=["id", "x", "label"], num_splits=4, shuffle_clump_size=16
     )
-    got = list(StreamingDataLoader(ds, batch_size=128))
-    assert takes == [128] * 4 + [88]
-    assert len(converted) == 3 * 5, "every column of every batch went through NumPy"
+    got = list(StreamingDataLoader(ds, batch_size=128, read_size=256))
+    assert [len(b["id"]) for b in got] == [128] * 4 + [88]
+    assert takes == [256, 256, 88], "one sorted read per two batches"
+    assert len(converted) == 3 * 3, "every column of every read went through NumPy"
     assert got[0]["x"].dtype == torch.float32 and got[0]["x"].shape == (128, 4)
     assert got[0]["id"].dtype == torch.int64
 

@@ -24,7 +24,7 @@ class LanceRows:
         return self._len
 
     def take(self, positions: NDArray[np.int64]) -> pa.Table:
-        return self._dataset.take(pa.array(positions, type=pa.int64()), columns=self._columns)
+        return self._dataset.take(positions, columns=self._columns)
 
 
 class ArrowRows:
