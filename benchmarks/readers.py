@@ -161,6 +161,25 @@ def raw_take(case: Case) -> Result:
     return drain(make, _arrow_rows, case)
 
 
+def raw_take_reads(case: Case) -> Result:
+    """Lance ``take`` of exactly the reads ours makes: its batches grouped as its loader groups
+    them (``batches_per_read`` consecutive batches, sorted), no conversion to tensors."""
+    import lance
+
+    from loader import StreamingDataLoader
+
+    batches = batch_positions(case)
+    per_read = StreamingDataLoader(_ours_dataset(case), batch_size=case.batch_size)
+    m = per_read.batches_per_read
+    reads = [np.sort(np.concatenate(batches[i : i + m])) for i in range(0, len(batches), m)]
+
+    def make() -> Any:
+        ds = lance.dataset(lance_path())
+        return (ds.take(p, columns=list(COLUMNS)) for p in reads)
+
+    return drain(make, _arrow_rows, case)
+
+
 def raw_take_s2(case: Case) -> Result:
     """``raw_take`` of the batches ``ours_s2`` yields."""
     return raw_take(dataclasses.replace(case, num_splits=2))
@@ -363,6 +382,7 @@ READERS: dict[str, Callable[[Case], Result]] = {
     "ours_resume": ours_resume,
     "raw_take": raw_take,
     "raw_take_threads": raw_take_threads,
+    "raw_take_reads": raw_take_reads,
     "raw_take_s2": raw_take_s2,
     "raw_random": raw_random,
     "raw_take_clumps": raw_take_clumps,

@@ -26,8 +26,8 @@ from common import HERE, OUT, Case, env_threads
 # (loader, num_workers, world_size): raw reads do not use workers; peers too slow to gain
 # anything from more processes are measured once per world size.
 MATRIX: tuple[tuple[str, int, int], ...] = (
-    *((name, 0, 1) for name in ("raw_take", "raw_take_threads", "raw_take_clumps", "raw_range")),
-    *((name, 0, 2) for name in ("raw_take", "raw_take_threads", "raw_take_clumps")),
+    *((n, 0, 1) for n in ("raw_take", "raw_take_reads", "raw_take_clumps", "raw_range")),
+    *((n, 0, 2) for n in ("raw_take", "raw_take_reads", "raw_take_clumps")),
     ("raw_random", 0, 1),
     ("raw_take_s2", 0, 1),
     ("ours_s2", 0, 1),
