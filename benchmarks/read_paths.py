@@ -2,10 +2,10 @@
 
 Same plan (S = 48, C = 1024, b = 1024, rank 0 of 1), same rows, same order, tensors out,
 one thread: only the way the rows are fetched from Lance changes. ``per_batch`` is what
-the loader does today (one ``take`` per batch, 48 runs of ~21 rows each); ``coalesce_m``
-reads m consecutive batches in one sorted ``take`` (NumPy indices), gathers each column
-once, and hands out zero-copy slices. ``pa_indices`` is ``per_batch`` with the positions
-as a ``pa.array`` (as ``loader.sources.open.LanceRows.take`` passes them).
+the loader did until commit 5164402 (one ``take`` per batch: 48 runs of ~21 rows each);
+``coalesce_m`` reads m consecutive batches in one sorted ``take`` (NumPy indices), gathers
+each column once, and hands out slices: what it does since (``read_size=8192``, m = 8).
+``pa_indices`` is ``per_batch`` with the positions passed as a ``pa.array``, as it was.
 
     benchmarks/.venv/bin/python benchmarks/read_paths.py [--batches 960] [--splits 48]
 """
