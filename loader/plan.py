@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from loader.kernels.permute import _order_positions, _unpermute, half_bits_for, round_keys
+from loader.kernels.permute import (
+    _order_positions,
+    _order_range,
+    _unpermute,
+    half_bits_for,
+    round_keys,
+)
 
 
 def supported_world_sizes(num_splits: int) -> list[int]:
@@ -113,6 +119,11 @@ class EpochPlan:
         idx = np.ascontiguousarray(order_idx, dtype=np.int64)
         return _order_positions(idx, clump, n_clumps, short_slot, short_len, self._keys, half)
 
+    def order_range(self, start: int, count: int) -> NDArray[np.int64]:
+        """Positions order[start:start + count]: one int64 a row, nothing else."""
+        clump, n_clumps, short_slot, short_len, half = self._layout
+        return _order_range(start, count, clump, n_clumps, short_slot, short_len, self._keys, half)
+
     def split_rows(self, split: int, start: int = 0, stop: int | None = None) -> NDArray[np.int64]:
         """Positions of split[s][start:stop] (split s is order[s*L : (s+1)*L])."""
         length = self.spec.rows_per_split
@@ -121,10 +132,10 @@ class EpochPlan:
             raise IndexError(
                 f"split {split} [{start}:{stop}] is outside S={self.spec.num_splits}, L={length}"
             )
-        return self.order(np.arange(split * length + start, split * length + stop, dtype=np.int64))
+        return self.order_range(split * length + start, stop - start)
 
     def rank_rows(self, rank: int, world_size: int) -> NDArray[np.int64]:
         """All positions of the splits a rank owns, split after split (for tools and benchmarks)."""
         splits = owned_splits(rank, world_size, self.spec.num_splits)
         length = self.spec.rows_per_split
-        return self.order(np.arange(splits.start * length, splits.stop * length, dtype=np.int64))
+        return self.order_range(splits.start * length, len(splits) * length)

@@ -106,3 +106,14 @@ def test_order_positions_of_empty_selection() -> None:
         np.empty(0, dtype=np.int64), clump, n_clumps, short_slot, short_len, plan._keys, half
     )
     assert out.shape == (0,)
+
+
+@given(n=st.integers(1, 300), clump=st.integers(1, 64), seed=seeds, data=st.data())
+def test_order_range_equals_order_of_indices(
+    n: int, clump: int, seed: int, data: st.DataObject
+) -> None:
+    plan = PlanSpec(n, 1, True, seed, clump).epoch(2)
+    start = data.draw(st.integers(0, n))
+    count = data.draw(st.integers(0, n - start))
+    want = plan.order(np.arange(start, start + count, dtype=np.int64))
+    assert plan.order_range(start, count).tolist() == want.tolist()

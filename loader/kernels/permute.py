@@ -99,6 +99,23 @@ def _unpermute(j: int, n: int, keys: NDArray[np.uint64], half_bits: int) -> np.i
 
 
 @njit
+def _slot_of(i: int, clump: int, short_slot: int, short_len: int) -> tuple[int, int]:
+    """(slot, offset in its clump) of order index i.
+
+    Slots hold clumps of `clump` positions, except the slot `short_slot` that holds the
+    last, shorter clump (`short_len` rows; `short_len == clump` when there is none).
+    """
+    start_short = short_slot * clump
+    end_short = start_short + short_len
+    if i < start_short:
+        return i // clump, i % clump
+    if i < end_short:
+        return short_slot, i - start_short
+    j = i - end_short
+    return short_slot + 1 + j // clump, j % clump
+
+
+@njit
 def _order_positions(
     order_idx: NDArray[np.int64],
     clump: int,
@@ -108,30 +125,34 @@ def _order_positions(
     keys: NDArray[np.uint64],
     half_bits: int,
 ) -> NDArray[np.int64]:
-    """Positions `order[order_idx]` of a clump-shuffled order, without building the order.
-
-    Slots hold clumps of `clump` positions, except the slot `short_slot` that holds the
-    last, shorter clump (`short_len` rows; `short_len == clump` when there is none).
-    """
+    """Positions `order[order_idx]` of a clump-shuffled order, without building the order."""
     out = np.empty(order_idx.shape[0], dtype=np.int64)
-    start_short = short_slot * clump
-    end_short = start_short + short_len
-    last_slot = -1
-    last_clump = np.int64(0)
+    last_slot, last_clump = -1, np.int64(0)
     for t in range(order_idx.shape[0]):
-        i = order_idx[t]
-        if i < start_short:
-            slot = i // clump
-            offset = i - slot * clump
-        elif i < end_short:
-            slot = short_slot
-            offset = i - start_short
-        else:
-            j = i - end_short
-            slot = short_slot + 1 + j // clump
-            offset = j - (slot - short_slot - 1) * clump
+        slot, offset = _slot_of(order_idx[t], clump, short_slot, short_len)
+        if slot != last_slot:  # consecutive rows of one clump share its permutation
+            last_slot, last_clump = slot, _permute(slot, n_clumps, keys, half_bits)
+        out[t] = last_clump * clump + offset
+    return out
+
+
+@njit
+def _order_range(
+    start: int,
+    count: int,
+    clump: int,
+    n_clumps: int,
+    short_slot: int,
+    short_len: int,
+    keys: NDArray[np.uint64],
+    half_bits: int,
+) -> NDArray[np.int64]:
+    """Positions `order[start:start + count]`, with no array of indices (a rank's whole plan)."""
+    out = np.empty(count, dtype=np.int64)
+    last_slot, last_clump = -1, np.int64(0)
+    for t in range(count):
+        slot, offset = _slot_of(start + t, clump, short_slot, short_len)
         if slot != last_slot:
-            last_clump = _permute(slot, n_clumps, keys, half_bits)
-            last_slot = slot
+            last_slot, last_clump = slot, _permute(slot, n_clumps, keys, half_bits)
         out[t] = last_clump * clump + offset
     return out
