@@ -148,7 +148,7 @@ def plot(records: list[dict], path: str) -> None:
         bars = ax.barh([k[0] for k in keys], [rate[k] for k in keys], color=colors)
         ax.bar_label(bars, labels=[f"{rate[k]:,.0f}" for k in keys], fontsize=7, padding=2)
         ax.set_xscale("log")
-        ax.set_xlim(right=max(rate.values()) * 8)  # room for the labels
+        ax.set_xlim(min(rate.values()) / 2, max(rate.values()) * 8)  # room for the labels
         ax.set_title(f"num_workers={w}, world size {ws}")
         ax.set_xlabel("rows/s (median; raw reads use no workers)")
     fig.suptitle("elastic-loader vs raw Lance and peers: 2M rows x 528 B, clump 1024, batch 1024")
