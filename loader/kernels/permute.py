@@ -147,7 +147,11 @@ def _order_range(
     keys: NDArray[np.uint64],
     half_bits: int,
 ) -> NDArray[np.int64]:
-    """Positions `order[start:start + count]`, with no array of indices (a rank's whole plan)."""
+    """Positions `order[start:start + count]`, with no array of indices (a rank's whole plan).
+
+    The loop repeats `_order_positions` on purpose: the clump cache must stay in locals
+    (registers); sharing the body through a helper with an array cache measured 3-5x slower.
+    """
     out = np.empty(count, dtype=np.int64)
     last_slot, last_clump = -1, np.int64(0)
     for t in range(count):
