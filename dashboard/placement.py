@@ -1,9 +1,8 @@
 """Pure arithmetic of the contract that the dashboard draws: who owns which split, which
 world sizes fit, what a layout drops, and who is straggling.
 
-Kept here (stdlib only) rather than imported from `loader.plan` so the Streamlit process and
-the collector never import torch or numba; the formulas are the contract's (design.md,
-"Who reads what") and `tests/test_collector.py` pins them.
+Who owns which split comes from `loader.layout` (standard library only), so the Streamlit
+process and the collector share the loader's formulas without importing torch or Numba.
 """
 
 from __future__ import annotations
@@ -12,26 +11,14 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from loader.layout import owned_splits, supported_world_sizes
 
-def supported_world_sizes(num_splits: int) -> list[int]:
-    """World sizes W with `num_splits % W == 0`: the only ones a run of S splits can use."""
-    return [w for w in range(1, num_splits + 1) if num_splits % w == 0]
-
-
-def owned_splits(rank: int, world_size: int, num_splits: int) -> tuple[int, int]:
-    """The contiguous `[lo, hi)` of splits that `rank` reads when `world_size` ranks share S."""
-    if world_size < 1 or num_splits % world_size:
-        raise ValueError(
-            f"world_size={world_size} does not divide num_splits={num_splits}; "
-            f"supported: {supported_world_sizes(num_splits)}"
-        )
-    k = num_splits // world_size
-    return rank * k, (rank + 1) * k
+__all__ = ["owned_splits", "owners", "supported_world_sizes"]
 
 
 def owners(world_size: int, num_splits: int) -> list[int]:
     """`owners(W, S)[s]` is the rank that reads split s."""
-    owned_splits(0, world_size, num_splits)  # validates
+    owned_splits(0, world_size, num_splits)  # validates: a ValueError listing what works
     k = num_splits // world_size
     return [s // k for s in range(num_splits)]
 

@@ -52,15 +52,14 @@ def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
 
 def _cursors(run: SyntheticRun, rank: int, rows: float) -> list[int]:
     """Cursors after `rows` rows of the rank's round-robin stream (capped at the split)."""
-    lo, hi = owned_splits(rank, run.world_size, run.num_splits)
-    k = hi - lo
+    k = len(owned_splits(rank, run.world_size, run.num_splits))
     base, extra = divmod(int(rows), k)
     return [min(run.rows_per_split, base + (i < extra)) for i in range(k)]
 
 
 def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
     """Events of every rank, second by second, in time order."""
-    lo_hi = [owned_splits(r, run.world_size, run.num_splits) for r in range(run.world_size)]
+    owned = [owned_splits(r, run.world_size, run.num_splits) for r in range(run.world_size)]
     done = [float(run.start_rows)] * run.world_size
     for r in range(run.world_size) if run.world_size_before else ():
         yield {
@@ -85,7 +84,7 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                 "ts": ts,
                 "epoch": 0,
                 "step": int(done[r] // run.batch_size),
-                "splits": list(lo_hi[r]),
+                "splits": [owned[r].start, owned[r].stop],
                 "cursors": _cursors(run, r, done[r]),
                 "rows": int(rows),
                 "batches": batches,

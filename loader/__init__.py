@@ -1,12 +1,30 @@
 """elastic-loader: exactly-once, elastic, checkpoint-anywhere data loading for PyTorch.
 
-from loader import StreamingDataset, StreamingDataLoader
+    from loader import StreamingDataset, StreamingDataLoader
+
+Exports load lazily, so `import loader.layout` (the dashboard does) costs no torch import.
 """
 
-from loader import checkpoint
-from loader.dataloader import StreamingDataLoader
-from loader.dataset import StreamingDataset
-from loader.plan import PlanSpec, check_world_size, owned_splits, supported_world_sizes
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loader import checkpoint
+    from loader.dataloader import StreamingDataLoader
+    from loader.dataset import StreamingDataset
+    from loader.layout import check_world_size, owned_splits, supported_world_sizes
+    from loader.plan import PlanSpec
+
+_EXPORTS = {
+    "PlanSpec": "loader.plan",
+    "StreamingDataLoader": "loader.dataloader",
+    "StreamingDataset": "loader.dataset",
+    "check_world_size": "loader.layout",
+    "owned_splits": "loader.layout",
+    "supported_world_sizes": "loader.layout",
+}
 
 __all__ = [
     "PlanSpec",
@@ -18,3 +36,11 @@ __all__ = [
     "supported_world_sizes",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "checkpoint":
+        return importlib.import_module("loader.checkpoint")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'loader' has no attribute {name!r}")

@@ -15,7 +15,8 @@ import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import state as st
-from loader.plan import PlanSpec, check_world_size, owned_splits
+from loader.layout import check_world_size, owned_splits
+from loader.plan import PlanSpec
 from loader.reader import BatchReader, OnError
 from loader.sources import ResolvedSource, resolve_source
 from loader.stream import RankStream

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from loader.checkpoint import SUFFIX, CheckpointError, latest, load
-from loader.plan import supported_world_sizes
+from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loader.plan import PlanSpec, owned_splits, supported_world_sizes
+from loader.layout import owned_splits, supported_world_sizes
+from loader.plan import PlanSpec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from loader.kernels.stream import _advance, _stream_take
-from loader.plan import owned_splits
+from loader.layout import owned_splits
 
 
 @dataclass(frozen=True)

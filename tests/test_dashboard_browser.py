@@ -48,7 +48,8 @@ class LiveRanks:
         self._thread.start()
 
     def _snapshot(self, rank: int) -> Callable[[], dict[str, Any]]:
-        lo, hi = owned_splits(rank, W, S)
+        splits = owned_splits(rank, W, S)
+        lo, hi = splits.start, splits.stop
         return lambda: {
             "epoch": 1,
             "step": self.steps[rank],
@@ -101,9 +102,9 @@ def test_placement_shows_every_rank_before_and_after(live: DashboardHandle, page
     expect(page.get_by_text("before resume: W = 8")).to_be_visible()
     table = page.get_by_test_id("stTable")
     for r in range(W):
-        lo, hi = owned_splits(r, W, S)
+        owned = owned_splits(r, W, S)
         row = table.locator("tr", has_text=f"rank {r}")
-        expect(row).to_contain_text(f"{lo}–{hi - 1}", timeout=10_000)
+        expect(row).to_contain_text(f"{owned.start}–{owned.stop - 1}", timeout=10_000)
         expect(row).to_contain_text(re.compile(r"\d+\.\d%"))
     page.wait_for_timeout(1000)  # let Vega finish drawing before the picture
     ARTIFACTS.mkdir(exist_ok=True)

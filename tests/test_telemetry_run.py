@@ -84,7 +84,8 @@ def _rank(rank: int, port: int, db: str, api: str, out: str) -> None:
             dl = StreamingDataLoader(ds, batch_size=BATCH, telemetry=api, run_id=RUN)
             it = iter(dl)
             ids = [i for _ in range(FIRST) for i in next(it)["id"].tolist()]
-            lo, hi = owned_splits(rank, 2, NUM_SPLITS)
+            splits = owned_splits(rank, 2, NUM_SPLITS)
+            lo, hi = splits.start, splits.stop
             mine = dl.state_dict()["cursors"][lo:hi]
             _poll(lambda: _reported_cursors(api, rank) == mine, "the collector to catch up")
             _write(Path(out, f"mid-{rank}.json"), {"cursors": mine})
@@ -112,7 +113,8 @@ def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> N
         assert placement["current"]["owner"] == [0, 0, 0, 0, 1, 1, 1, 1]
         for r, mid in enumerate(mids):
             reported = placement["current"]["ranks"][r]
-            assert reported["splits"] == list(owned_splits(r, 2, NUM_SPLITS))
+            owned = owned_splits(r, 2, NUM_SPLITS)
+            assert reported["splits"] == [owned.start, owned.stop]
             assert reported["cursors"] == mid["cursors"]
             assert sum(mid["cursors"]) == FIRST * BATCH
         collector.send_signal(signal.SIGKILL)
