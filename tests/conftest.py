@@ -27,3 +27,12 @@ def arrow_rows():
 @pytest.fixture(scope="session")
 def parquet_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return parquet_dir(tmp_path_factory.mktemp("parquet"))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """One real S3-compatible server (moto) on 127.0.0.1 for the whole session."""
+    from tests.object_store import running_s3_server
+
+    with running_s3_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server

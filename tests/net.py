@@ -1,0 +1,29 @@
+"""Loopback helpers shared by the tests: a free port, and polling with a deadline."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(probe: Callable[[], T | None], deadline_s: float, what: str) -> T:
+    """Call `probe` until it returns something other than None/False, or fail after the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > end:
+            raise TimeoutError(f"gave up after {deadline_s} s waiting for {what}")
+        time.sleep(0.05)  # a polling interval, not a wait for something to happen
