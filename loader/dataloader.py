@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -25,7 +24,7 @@ from loader.mainguard import check_main_guard
 from loader.prefetch import map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
-from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, Watchdog
+from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
@@ -158,7 +157,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on
-        self._reads: _WorkerPids | None = None  # the workers of the latest iteration
+        self._latest_workers: WorkerPids | None = None  # of the latest iteration
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
@@ -243,32 +242,15 @@ class StreamingDataLoader(DataLoader[Any]):
     def _from_workers(self) -> Iterator[Any]:
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
         reads = super().__iter__()
-        workers = _WorkerPids(reads)
-        self._reads = workers
-        if self.data_timeout_s is None:
-            yield from (batch for read in reads for batch in read)
-            return
-        watchdog = Watchdog(self.data_timeout_s, workers.pids, self.streaming_dataset.rank)
-        try:
-            while True:
-                watchdog.waiting()
-                try:
-                    read = next(reads)
-                except StopIteration:
-                    return
-                except Exception as err:
-                    watchdog.check(err)
-                    raise
-                watchdog.received()
-                watchdog.check()
-                yield from read
-        finally:
-            watchdog.close()
+        self._latest_workers = WorkerPids(reads)
+        return watched_batches(
+            reads, self.data_timeout_s, self._latest_workers, self.streaming_dataset.rank
+        )
 
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of this loader's live workers (empty before the first iteration)."""
-        return self._reads.pids() if self._reads is not None else []
+        return self._latest_workers.pids() if self._latest_workers is not None else []
 
     def _start_method(self) -> str | None:
         context = self.multiprocessing_context
@@ -367,18 +349,6 @@ class StreamingDataLoader(DataLoader[Any]):
             "splits": [splits.start, splits.stop],
             "cursors": list(self.progress.cursors[splits.start : splits.stop]),
         }
-
-
-class _WorkerPids:
-    """The pids of a torch iterator's workers, without keeping the iterator alive."""
-
-    def __init__(self, reads: Any) -> None:
-        self._reads = weakref.ref(reads)
-
-    def pids(self) -> list[int]:
-        reads = self._reads()
-        workers = getattr(reads, "_workers", None) or []
-        return [w.pid for w in workers if w.pid is not None]
 
 
 def _check_torch_kwargs(
