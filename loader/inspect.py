@@ -1,10 +1,11 @@
 """`elastic-loader inspect PATH`: what a checkpoint will resume, before a job commits to it.
 
-It verifies the file exactly as a resume would (`loader.checkpoint.load`), so a file that
-inspects cleanly is one that loads; then it prints the plan, the pinned source, the epoch,
-per-split progress and the world sizes the file can resume on. Given a folder, it describes
-the newest checkpoint file in it. Errors go to stderr with exit status 2, without a
-traceback: the message already names the file and the field.
+It verifies the file exactly as a resume would (the checks of `loader.checkpoint.load`, the
+same bytes), so a file that inspects cleanly is one that loads and a file `load` refuses
+exits non-zero here; then it prints the plan, the pinned source, the epoch, per-split
+progress and the world sizes the file can resume on. Given a folder (or an `s3://` prefix),
+it describes the newest checkpoint file in it. Errors go to stderr with exit status 2,
+without a traceback: the message already names the file (or URI) and the field.
 """
 
 from __future__ import annotations
@@ -13,19 +14,23 @@ import datetime as dt
 import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
-from loader.checkpoint import SUFFIX, CheckpointError, latest, load
+from loader import checkpoint_io as io
+from loader.checkpoint import SUFFIX, CheckpointError, verify
 from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 
 
-def print_inspect(path: str | os.PathLike[str], out: TextIO | None = None) -> int:
+def print_inspect(
+    path: str | os.PathLike[str],
+    out: TextIO | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> int:
     """Print the description of the checkpoint at `path`; return the exit status."""
     try:
-        text = format_inspect(path)
+        text = format_inspect(path, storage_options)
     except (CheckpointError, OSError) as exc:
         print(f"elastic-loader inspect: {exc}", file=sys.stderr)
         return 2
@@ -33,20 +38,25 @@ def print_inspect(path: str | os.PathLike[str], out: TextIO | None = None) -> in
     return 0
 
 
-def format_inspect(path: str | os.PathLike[str]) -> str:
+def format_inspect(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> str:
     """The report for one checkpoint file (or a folder's newest), as `print_inspect` prints it."""
-    path = Path(path)
-    if path.is_dir():
-        newest = latest(path)
+    where = io.location(path)
+    if io.is_folder(where, storage_options):
+        newest = io.newest(where, storage_options)
         if newest is None:
-            raise CheckpointError(path, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
-        path = newest
-    state = load(path)
-    stat = path.stat()
-    saved = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.timezone.utc)
+            raise CheckpointError(where, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
+        where = newest
+    stored = io.read(where, storage_options)
+    state = verify(where, stored.data)
+    saved = dt.datetime.fromtimestamp(stored.mtime_ns / 1e9, tz=dt.timezone.utc)
     rows = [
-        ("checkpoint", str(path)),
-        ("  file", f"{stat.st_size:,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok"),
+        ("checkpoint", str(where)),
+        (
+            "  file",
+            f"{len(stored.data):,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok",
+        ),
         *_source_rows(state["source"]),
         *_plan_rows(state["plan"]),
         *_progress_rows(state),
@@ -61,7 +71,7 @@ def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("source", f"{source.get('kind', '?')}  {source.get('uri', '?')}"),
         ("  table", f"{source.get('table') or '-'}, {pinned}"),
-        ("  columns", ", ".join(columns) if columns else "all"),
+        ("  columns", ", ".join(map(str, columns)) if columns else "all"),
         ("  fingerprint", source.get("fingerprint") or "-"),
     ]
 
