@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loader import checkpoint, checkpoint_io
 from loader.checkpoint import CheckpointError, latest, load, save
@@ -501,3 +503,40 @@ def test_inspect_of_a_folder_describes_its_newest_file(
     assert print_inspect(tmp_path) == 0
     out = capsys.readouterr().out
     assert str(new) in out and "epoch         3" in out
+
+
+@st.composite
+def _states(draw: st.DrawFn) -> dict:
+    """Any state a loader can save: W divides S, cursors within L, counters in range."""
+    num_splits = draw(st.integers(1, 24))
+    rows_per_split = draw(st.integers(1, 50))
+    divisors = [w for w in range(1, num_splits + 1) if num_splits % w == 0]
+    state = make_state(num_splits=num_splits)
+    state["plan"].update(num_rows=num_splits * rows_per_split + draw(st.integers(0, num_splits - 1)),
+                         rows_per_split=rows_per_split)  # fmt: skip
+    state.update(
+        cursors=draw(
+            st.lists(st.integers(0, rows_per_split), min_size=num_splits, max_size=num_splits)
+        ),
+        epoch=draw(st.integers(0, 2**63 - 1)),
+        step=draw(st.integers(0, 2**63 - 1)),
+        skipped=draw(st.integers(0, num_splits * rows_per_split)),
+        world_size=draw(st.sampled_from(divisors)),
+    )
+    return state
+
+
+@given(_states(), st.sampled_from(["epoch", "step", "skipped", "world_size", "cursors"]))
+def test_every_saveable_state_loads_and_one_bad_counter_is_named(state: dict, field: str) -> None:
+    data = checkpoint.encode(state)
+    assert checkpoint.verify("mem.json", data) == state
+    bad = dict(state)
+    if field == "cursors":
+        split = len(state["cursors"]) - 1
+        bad["cursors"] = [*state["cursors"][:-1], state["plan"]["rows_per_split"] + 1]
+        field = f"cursors[{split}]"
+    else:
+        bad[field] = -1
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.verify("mem.json", checkpoint.encode(bad))
+    assert info.value.field == f"payload.{field}"
