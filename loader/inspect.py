@@ -17,6 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from loader import checkpoint_io as io
+from loader import state as st
 from loader.checkpoint import SUFFIX, CheckpointError, verify
 from loader.layout import supported_world_sizes
 
@@ -57,8 +58,8 @@ def format_inspect(
             "  file",
             f"{len(stored.data):,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok",
         ),
-        *_source_rows(state["source"]),
-        *_plan_rows(state["plan"]),
+        *_source_rows(state[st.KEY_SOURCE]),
+        *_plan_rows(state[st.KEY_PLAN]),
         *_progress_rows(state),
     ]
     return "\n".join(f"{label:<14}{value}" for label, value in rows)
@@ -77,38 +78,33 @@ def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    n, s = plan.get("num_rows"), plan["num_splits"]
-    length = plan.get("rows_per_split", n // s if isinstance(n, int) else "?")
-    shuffle = plan.get("shuffle")
+    n, s, length = plan["num_rows"], plan["num_splits"], plan["rows_per_split"]  # checked
     order = (
         f"shuffled, seed {plan.get('shuffle_seed')}, clump {plan.get('shuffle_clump_size')}"
-        if shuffle
+        if plan.get("shuffle")
         else "not shuffled"
     )
     return [
-        ("plan", f"N={_num(n)} rows, S={s} splits x L={_num(length)} rows, {order}"),
+        ("plan", f"N={n:,} rows, S={s} splits x L={length:,} rows, {order}"),
         ("  filter", str(plan.get("filter") or "-")),
         ("  drop_last", str(plan.get("drop_last"))),
     ]
 
 
 def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
-    plan, cursors = state["plan"], state["cursors"]
-    s = plan["num_splits"]
-    length = plan.get("rows_per_split")
+    """Every value here was checked by `check_state`: S >= 1, L >= 1, 0 <= cursor <= L."""
+    cursors: list[int] = state[st.KEY_CURSORS]
+    s, length = state[st.KEY_PLAN]["num_splits"], state[st.KEY_PLAN]["rows_per_split"]
     read = sum(cursors)
-    if isinstance(length, int) and length > 0:
-        share = f"{100 * read / (s * length):.1f}% of epoch"
-        done = f", {sum(c >= length for c in cursors)} of {s} splits finished"
-    else:
-        share, done = "? % of epoch", ""
-    saver = f"step {state.get('step', '?')}, saved by world_size {state.get('world_size', '?')}"
+    finished = sum(c == length for c in cursors)
+    saver = f"step {state[st.KEY_STEP]}, saved by world_size {state[st.KEY_WORLD_SIZE]}"
     median = _num(statistics.median(cursors))
     return [
-        ("epoch", f"{state['epoch']}  ({saver})"),
+        ("epoch", f"{state[st.KEY_EPOCH]}  ({saver})"),
         ("progress", f"cursor min {min(cursors):,} / median {median} / max {max(cursors):,} "
-                     f"of {_num(length)} per split"),
-        ("  read", f"{read:,} rows, {share}{done}; skipped {_num(state.get('skipped', 0))}"),
+                     f"of {length:,} per split"),
+        ("  read", f"{read:,} rows, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
+                   f"splits finished; skipped {state[st.KEY_SKIPPED]:,}"),
         ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
                        f"(those dividing S={s})"),
     ]  # fmt: skip
