@@ -83,6 +83,7 @@ def save(
         )
     target = _target(state, path, storage_options)
     _check_plain(state, target, "payload")
+    _check_state(target, dict(state))  # never write a file that `load` would refuse
     io.write(target, encode(state), storage_options)
     return target
 
@@ -127,12 +128,16 @@ def verify(where: Location, data: bytes) -> dict[str, Any]:
             "the file was corrupted or edited after it was written; do not resume from it, "
             "use an earlier checkpoint",
         )
+    _check_state(where, payload)
+    return payload
+
+
+def _check_state(where: Location, payload: dict[str, Any]) -> None:
     try:
         check_state(payload)
     except StateError as exc:
         field = "payload" if exc.field is None else f"payload.{exc.field}"
         raise CheckpointError(where, field, exc.problem) from None
-    return payload
 
 
 def restore(

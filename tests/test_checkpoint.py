@@ -142,6 +142,8 @@ def test_save_rejects_values_json_would_change(tmp_path: Path) -> None:
         save(make_state(plan={**make_state()["plan"], "ratio": float("nan")}), path)
     with pytest.raises(TypeError, match="state_dict"):
         save(object(), path)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match=r"'payload\.step': is -1000"):
+        save({**make_state(), "step": -1000}, path)  # what load would refuse
     assert not path.exists()
 
 

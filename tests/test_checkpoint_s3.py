@@ -41,7 +41,7 @@ def test_save_load_latest_and_the_bytes(s3_server: S3Server, prefix: str) -> Non
     # S3 keeps whole seconds: both were written in the same one, so the name decides.
     assert latest(prefix, storage_options=opts) == first
     assert latest(prefix.rstrip("/"), storage_options=opts) == first
-    save(make_state(step=200), prefix + "step-200.json", storage_options=opts)
+    save(make_state(epoch=5), prefix + "step-200.json", storage_options=opts)
     assert latest(prefix, storage_options=opts) == prefix + "step-200.json"
     assert latest(prefix + "empty/", storage_options=opts) is None
 
@@ -55,7 +55,9 @@ def test_refusals_name_the_uri(s3_server: S3Server, prefix: str) -> None:
     with pytest.raises(CheckpointError, match=f"checkpoint {uri}: is truncated") as info:
         load(uri, storage_options=opts)
     assert info.value.path == uri
-    odd = save({**make_state(), "step": -1000}, prefix + "odd.json", storage_options=opts)
+    odd = prefix + "odd.json"  # checksum-valid, but save() itself refuses to write it
+    with s3_server.pyarrow_fs().open_output_stream(odd.removeprefix("s3://")) as f:
+        f.write(checkpoint.encode({**make_state(), "step": -1000}))
     with pytest.raises(CheckpointError, match=f"checkpoint {odd}: field 'payload.step'"):
         load(odd, storage_options=opts)
     with pytest.raises(FileNotFoundError, match=f"checkpoint {prefix}nope.json: no such object"):
@@ -82,7 +84,9 @@ def test_inspect_with_flags_and_with_the_environment(
     monkeypatch.setenv("AWS_ENDPOINT_URL", opts["endpoint"])
     assert cli_main(["inspect", prefix]) == 0  # a prefix: its newest object
     assert f"checkpoint    {uri}" in capsys.readouterr().out
-    bad = save({**make_state(), "cursors": [2**62] * 8}, prefix + "step-2.json")
+    bad = prefix + "step-2.json"
+    with s3_server.pyarrow_fs().open_output_stream(bad.removeprefix("s3://")) as f:
+        f.write(checkpoint.encode({**make_state(), "cursors": [2**62] * 8}))
     assert cli_main(["inspect", str(bad)]) == 2
     captured = capsys.readouterr()
     assert f"checkpoint {bad}: field 'payload.cursors[0]'" in captured.err
