@@ -90,7 +90,8 @@ def s3_filesystem_args(storage_options: Mapping[str, Any] | None) -> dict[str, A
     """Keyword arguments for `pyarrow.fs.S3FileSystem` from Lance-style `storage_options`.
 
     The environment's `AWS_*` variables fill what the options leave out (options win).
-    An unknown option is an error naming it, so a typo is not silently dropped.
+    Options pyarrow has no equivalent for (Lance's `timeout`, `virtual_hosted_style_request`,
+    ...) are left out, so the dict that opens a table also opens its checkpoints.
     """
     merged: dict[str, Any] = {**options_from_env(), **(storage_options or {})}
     args: dict[str, Any] = {}
@@ -101,11 +102,6 @@ def s3_filesystem_args(storage_options: Mapping[str, Any] | None) -> dict[str, A
             allow_http = str(value).strip().lower() in ("1", "true", "yes")
         elif name in _S3_ARGUMENTS:
             args[_S3_ARGUMENTS[name]] = str(value)
-        else:
-            raise ValueError(
-                f"storage option {key!r} is not supported for checkpoint files; supported: "
-                f"{', '.join(sorted({*_S3_ARGUMENTS, *_ALLOW_HTTP}))}"
-            )
     endpoint = args.get("endpoint_override", "")
     scheme = urlsplit(endpoint).scheme.lower() if "://" in endpoint else ""
     if scheme == "http" and not allow_http:
