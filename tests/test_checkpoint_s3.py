@@ -26,23 +26,22 @@ def prefix(s3_server: S3Server) -> str:
 
 def test_save_load_latest_and_the_bytes(s3_server: S3Server, prefix: str) -> None:
     opts = s3_server.storage_options
-    first = save(make_state(step=100), prefix + "step-100.json", storage_options=opts)
-    assert first == prefix + "step-100.json"
-    assert load(first, storage_options=opts) == make_state(step=100)
-    second = save(make_state(epoch=3, step=7), prefix, storage_options=opts)  # a folder
-    assert second == prefix + "loader-epoch0003-step00000007.json"
+    first = save(make_state(epoch=3, step=7), prefix, storage_options=opts)  # a folder
+    assert first == prefix + "loader-epoch0003-step00000007.json"
     fs = s3_server.pyarrow_fs()
-    key = second.removeprefix("s3://")
-    with fs.open_input_stream(key) as f:
+    with fs.open_input_stream(first.removeprefix("s3://")) as f:
         assert f.read() == checkpoint.encode(make_state(epoch=3, step=7))  # the same format
     for leftover in (".step-300.json.123.ab.tmp", "deeper/step-999.json", "notes.txt"):
         with fs.open_output_stream(prefix.removeprefix("s3://") + leftover) as f:
             f.write(b"{")
-    # S3 keeps whole seconds: both were written in the same one, so the name decides.
     assert latest(prefix, storage_options=opts) == first
-    assert latest(prefix.rstrip("/"), storage_options=opts) == first
-    save(make_state(epoch=5), prefix + "step-200.json", storage_options=opts)
-    assert latest(prefix, storage_options=opts) == prefix + "step-200.json"
+    # Newer, or (S3 keeps whole seconds) written in the same second with a greater name:
+    # either way the newest, so the answer does not depend on the clock.
+    second = save(make_state(step=100), prefix + "step-100.json", storage_options=opts)
+    assert second == prefix + "step-100.json"
+    assert load(second, storage_options=opts) == make_state(step=100)
+    assert latest(prefix, storage_options=opts) == second
+    assert latest(prefix.rstrip("/"), storage_options=opts) == second
     assert latest(prefix + "empty/", storage_options=opts) is None
 
 
