@@ -125,8 +125,12 @@ class LanceRows:
     def _explain(self, err: Exception) -> Exception:
         """Why a read failed: the pinned version's files removed, or the store unreachable."""
         spec = self._spec
-        open_lance(spec.uri, spec.version, spec.storage_options)  # raises if the version is gone
-        if "not found" in str(err).lower():
+        try:  # raises SourceUnreachableError if the store itself cannot be reached now
+            open_lance(spec.uri, spec.version, spec.storage_options)
+            gone = "not found" in str(err).lower()  # the manifest is there, a data file is not
+        except PinnedVersionGoneError:
+            gone = True
+        if gone:
             return PinnedVersionGoneError(
                 f"reading version {spec.version} of {spec.uri!r}, which this run is pinned to, "
                 f"failed because its data files were removed ({redact(str(err), spec.storage_options)}): "
