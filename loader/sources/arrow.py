@@ -73,7 +73,7 @@ def table_fingerprint(table: pa.Table) -> str:
     """A digest of the schema and every value, independent of how the table is chunked.
 
     The table is serialised (Arrow IPC) in fixed windows of rows into a hash, so memory
-    stays bounded; about 0.1 s per 100 MB of data (see docs/internals.md).
+    stays bounded; 0.06 s for 1M rows / 46 MB (checkpoints/README.md).
     """
     sink = _HashSink()
     with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), table.schema) as writer:
