@@ -7,15 +7,22 @@ test_resume_pinning.py and the object-store cases in test_sources_s3.py.
 from __future__ import annotations
 
 import ast
+import itertools
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 import loader.sources as sources_package
 from loader import StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
+from loader.sources.arrow import table_fingerprint
+from loader.sources.storage import normalise_uri
 from tests.tables import make_rows
 
 
@@ -80,3 +87,31 @@ def test_parquet_uri_is_absolute(parquet_rows: Path, monkeypatch: pytest.MonkeyP
     ds = StreamingDataset(parquet_rows.name, num_splits=2, rank=0, world_size=1)
     assert ds.source.spec.uri == str(parquet_rows)
     assert all(Path(f).is_absolute() for f in ds.source.spec.data[0])
+
+
+@given(
+    rows=st.integers(1, 3000),
+    cuts=st.lists(st.integers(0, 3000), max_size=4),
+    changed=st.integers(0, 2999),
+)
+@hyp_settings(max_examples=40)
+def test_arrow_fingerprint_covers_every_value_and_ignores_chunking(
+    rows: int, cuts: list[int], changed: int
+) -> None:
+    table = make_rows(0, rows)
+    bounds = sorted({0, rows, *(c for c in cuts if c < rows)})
+    rechunked = pa.concat_tables([table.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
+    assert table_fingerprint(rechunked) == table_fingerprint(table)
+    row = changed % rows
+    ids = table.column("id").to_pylist()
+    ids[row] = -1
+    assert table_fingerprint(table.set_column(0, "id", pa.array(ids))) != table_fingerprint(table)
+
+
+@given(parts=st.lists(st.sampled_from(["a", "b.lance", "..", ".", ""]), max_size=5))
+def test_uris_are_absolute_normalised_and_stable(parts: list[str]) -> None:
+    local = normalise_uri("/".join(parts) or ".")
+    assert os.path.isabs(local) and normalise_uri(local) == local
+    assert normalise_uri(f"file://{local}") == local
+    remote = "s3://bucket/" + "/".join(p for p in parts if p not in ("..", "."))
+    assert normalise_uri(remote + "/") == remote.rstrip("/") == normalise_uri(remote)

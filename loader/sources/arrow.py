@@ -34,8 +34,15 @@ FINGERPRINT_WINDOW = 1 << 16  # rows serialised at a time while hashing an Arrow
 class ArrowRows:
     """An Arrow table or dataset read with `take`."""
 
-    def __init__(self, data: pa.Table | pads.Dataset, columns: tuple[str, ...] | None) -> None:
+    def __init__(
+        self,
+        data: pa.Table | pads.Dataset,
+        columns: tuple[str, ...] | None,
+        uri: str = "",
+        options: dict[str, str] | None = None,
+    ) -> None:
         self._data = data
+        self._uri, self._options = uri, options  # for errors: a failed object-store read names them
         self._columns = list(columns) if columns is not None else None
         self._len = data.num_rows if isinstance(data, pa.Table) else data.count_rows()
 
@@ -47,7 +54,12 @@ class ArrowRows:
         if isinstance(self._data, pa.Table):
             table = self._data.take(indices)
             return table.select(self._columns) if self._columns is not None else table
-        return self._data.take(indices, columns=self._columns)
+        try:
+            return self._data.take(indices, columns=self._columns)
+        except OSError as err:
+            if is_object_store(self._uri):
+                raise unreachable(self._uri, self._options, err) from err
+            raise
 
 
 class _HashSink:
@@ -201,8 +213,9 @@ def resolve_parquet(source: Any, request: SourceRequest) -> ResolvedSource:
     n, rows = _filtered(source, request.filter)
     data = (tuple(source.files), source.schema, source.filesystem)
     spec = SourceSpec(
-        "parquet", uri, None, None, request.columns, files_fingerprint(source), data=data
-    )
+        "parquet", uri, None, None, request.columns, files_fingerprint(source),
+        storage_options=request.storage_options, data=data,
+    )  # fmt: skip
     return ResolvedSource(spec, n, rows, _filter_text(request.filter))
 
 
@@ -213,7 +226,7 @@ def open_arrow(spec: SourceSpec) -> RowSource:
 def open_parquet(spec: SourceSpec) -> RowSource:
     files, schema, filesystem = spec.data
     dataset = pads.dataset(list(files), schema=schema, format="parquet", filesystem=filesystem)
-    return ArrowRows(dataset, spec.columns)
+    return ArrowRows(dataset, spec.columns, spec.uri, spec.storage_options)
 
 
 ARROW = Backend("arrow", lambda s: isinstance(s, pa.Table), resolve_arrow, open_arrow)

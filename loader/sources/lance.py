@@ -142,13 +142,16 @@ class LanceRows:
         return err
 
 
-def _filtered(dataset: Any, filter: str | None) -> tuple[int, NDArray[np.int64] | None]:
+def _filtered(
+    dataset: Any, filter: str | None, options: dict[str, str] | None
+) -> tuple[int, NDArray[np.int64] | None]:
     if filter is None:
         return dataset.count_rows(), None
     try:
         offsets = dataset.to_table(columns=["_rowoffset"], filter=filter).column(0)
     except Exception as err:  # Lance raises several types for a bad SQL predicate
-        raise ValueError(f"filter {filter!r} failed on {dataset.uri!r}: {err}") from err
+        detail = redact(str(err), options)
+        raise ValueError(f"filter {filter!r} failed on {dataset.uri!r}: {detail}") from err
     rows = np.sort(offsets.to_numpy().astype(np.int64, copy=False))
     return len(rows), rows
 
@@ -157,7 +160,7 @@ def _pin(kind: str, uri: str, name: str | None, version: int | None, request: So
          options: dict[str, str] | None) -> ResolvedSource:  # fmt: skip
     dataset = open_lance(uri, version, options)
     check_columns(request.columns, dataset.schema.names, uri)
-    n, rows = _filtered(dataset, request.filter)
+    n, rows = _filtered(dataset, request.filter, options)
     spec = SourceSpec(
         kind, uri, name, dataset.version, request.columns, None, version_id(dataset), options
     )
