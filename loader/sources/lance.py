@@ -35,11 +35,8 @@ from loader.sources.storage import (
     unreachable,
 )
 
-LANCE_ERRORS = (
-    ValueError,
-    OSError,
-    RuntimeError,
-)  # what pylance raises (LanceError is a ValueError)
+# What pylance raises (its LanceError is a ValueError).
+LANCE_ERRORS = (ValueError, OSError, RuntimeError)
 KEEP_VERSIONS = (
     "tag the versions a run may resume from (table.tags.create('run-x', {v})) so cleanup keeps them"
 )
@@ -156,8 +153,15 @@ def _filtered(
     return len(rows), rows
 
 
-def _pin(kind: str, uri: str, name: str | None, version: int | None, request: SourceRequest,
-         options: dict[str, str] | None) -> ResolvedSource:  # fmt: skip
+def _pin(
+    kind: str,
+    uri: str,
+    name: str | None,
+    options: dict[str, str] | None,
+    version: int | None,
+    request: SourceRequest,
+) -> ResolvedSource:
+    """Open `uri` at `version` (latest if None) and describe it for the plan and the state."""
     dataset = open_lance(uri, version, options)
     check_columns(request.columns, dataset.schema.names, uri)
     n, rows = _filtered(dataset, request.filter, options)
@@ -172,17 +176,17 @@ def resolve_lancedb(source: Any, request: SourceRequest) -> ResolvedSource:
     base = source.to_lance()
     options = merge_options(options_of(source) or options_of(base), request.storage_options)
     version = request.version if request.version is not None else base.version
-    return _pin("lancedb", normalise_uri(base.uri), source.name, version, request, options)
+    return _pin("lancedb", normalise_uri(base.uri), source.name, options, version, request)
 
 
 def resolve_lance(source: Any, request: SourceRequest) -> ResolvedSource:
     """A Lance dataset, or a path/URI to one (opened at its latest version unless pinned)."""
     if is_lance_path(source):
-        return _pin("lance", normalise_uri(source), None, request.version, request,
-                    request.storage_options)  # fmt: skip
+        uri, options = normalise_uri(source), request.storage_options
+        return _pin("lance", uri, None, options, request.version, request)
     options = merge_options(options_of(source), request.storage_options)
     version = request.version if request.version is not None else source.version
-    return _pin("lance", normalise_uri(source.uri), None, version, request, options)
+    return _pin("lance", normalise_uri(source.uri), None, options, version, request)
 
 
 def open_lance_rows(spec: SourceSpec) -> RowSource:
