@@ -25,6 +25,7 @@ from loader import StreamingDataLoader, StreamingDataset, checkpoint
 from loader.checkpoint import CheckpointError, restore
 from loader.inspect import print_inspect
 from loader.sources import PinnedVersionGoneError
+from loader.sources.arrow import legacy_table_fingerprint
 
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 1200, 8, 32, 9
 
@@ -342,6 +343,16 @@ def test_arrow_table_differing_only_in_the_middle_is_refused() -> None:
     _loader(pa.concat_tables([table.slice(0, 100), table.slice(100)])).load_state_dict(state)
     with pytest.raises(ValueError, match=r"source\.fingerprint"):
         _loader(changed).load_state_dict(state)
+
+
+def test_arrow_state_with_the_legacy_fingerprint_still_loads() -> None:
+    """States written before the full fingerprint are compared with the one they carry."""
+    table = _rows(0, NUM_ROWS)
+    state = _loader(table).state_dict()
+    state["source"]["fingerprint"] = legacy_table_fingerprint(table)
+    _loader(table).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"source\.fingerprint='sha256:"):
+        _loader(_rows(1, NUM_ROWS + 1)).load_state_dict(state)
 
 
 @pytest.mark.filterwarnings("ignore:optimize.cleanup_older_than=0.:UserWarning")

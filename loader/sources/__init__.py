@@ -13,7 +13,7 @@ from loader.sources.base import (
     SourceSpec,
     SourceUnreachableError,
 )
-from loader.sources.registry import SOURCES, open_source, resolve_source
+from loader.sources.registry import SOURCES, identity_for, open_source, resolve_source
 
 __all__ = [
     "SOURCES",
@@ -22,6 +22,7 @@ __all__ = [
     "RowSource",
     "SourceSpec",
     "SourceUnreachableError",
+    "identity_for",
     "open_source",
     "resolve_source",
 ]

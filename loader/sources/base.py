@@ -91,6 +91,8 @@ class Backend:
     accepts: Callable[[Any], bool]
     resolve: Callable[[Any, SourceRequest], ResolvedSource]
     open: Callable[[SourceSpec], RowSource]
+    # The spec's identity as a saved one computed it (a state from before a scheme changed).
+    identity_for: Callable[[SourceSpec, dict[str, Any]], dict[str, Any]] | None = None
 
 
 class SourceUnreachableError(ConnectionError):

@@ -30,6 +30,12 @@ def open_source(spec: SourceSpec) -> RowSource:
     return backend(spec.kind).open(spec)
 
 
+def identity_for(spec: SourceSpec, saved: dict[str, Any]) -> dict[str, Any]:
+    """The spec's identity to compare with a saved one (which may use an older scheme)."""
+    found = backend(spec.kind)
+    return found.identity_for(spec, saved) if found.identity_for else spec.identity()
+
+
 def resolve_source(
     source: Any,
     *,
