@@ -7,6 +7,9 @@ store and a removed version are told apart.
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,42 @@ def test_lancedb_table_on_s3_needs_no_options_and_reaches_workers(
     assert loader.state_dict()["source"]["uri"].startswith("s3://")
     texts = [path.read_text(), repr(ds), repr(ds.source), repr(loader.state_dict())]
     assert not [t for t in texts if SECRET_KEY in t]
+
+
+@pytest.fixture
+def telemetry_bodies() -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback HTTP endpoint that keeps every body POSTed to it (a stand-in collector)."""
+    bodies: list[bytes] = []
+
+    class Keep(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Keep)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_telemetry_never_carries_the_secret(
+    s3_server: S3Server, telemetry_bodies: tuple[str, list[bytes]]
+) -> None:
+    url, bodies = telemetry_bodies
+    ds = _dataset(_s3_table(s3_server))
+    loader = StreamingDataLoader(ds, batch_size=BATCH, telemetry=url, run_id="s3-secret-check")
+    assert _ids(loader) == list(range(ROWS))
+    loader.close()
+    assert bodies, "the client sent its events"
+    assert not [b for b in bodies if SECRET_KEY.encode() in b]
 
 
 def test_lance_dataset_and_parquet_on_s3(s3_server: S3Server) -> None:
