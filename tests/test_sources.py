@@ -22,7 +22,7 @@ import loader.sources as sources_package
 from loader import StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
 from loader.sources.arrow import table_fingerprint
-from loader.sources.storage import normalise_uri
+from loader.sources.storage import normalise_uri, redact
 from tests.tables import make_rows
 
 
@@ -115,3 +115,10 @@ def test_uris_are_absolute_normalised_and_stable(parts: list[str]) -> None:
     assert normalise_uri(f"file://{local}") == local
     remote = "s3://bucket/" + "/".join(p for p in parts if p not in ("..", "."))
     assert normalise_uri(remote + "/") == remote.rstrip("/") == normalise_uri(remote)
+
+
+def test_redact_hides_option_and_environment_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    options = {"endpoint": "http://127.0.0.1:9", "aws_secret_access_key": "opt-secret-value"}
+    text = redact("GET http://127.0.0.1:9 key=opt-secret-value env=env-secret-value", options)
+    assert text == "GET http://127.0.0.1:9 key=*** env=***"

@@ -18,6 +18,8 @@ from loader.sources.base import SourceUnreachableError
 PUBLIC_OPTIONS = frozenset(
     {"endpoint", "aws_endpoint", "region", "aws_region", "allow_http", "aws_allow_http"}
 )
+_CLOUD_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
+_SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -59,10 +61,20 @@ def merge_options(
     return merged or None
 
 
+def _secret_environment() -> dict[str, str]:
+    """Credentials the object-store clients read from the environment (AWS_*, AZURE_*, ...)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_CLOUD_PREFIXES) and any(w in name for w in _SECRET_WORDS)
+    }
+
+
 def redact(text: str, options: dict[str, str] | None) -> str:
-    """`text` with every secret option value replaced by '***'."""
-    for key, value in (options or {}).items():
-        if key not in PUBLIC_OPTIONS and value and len(value) >= 4:
+    """`text` with every secret value (of the options or the environment) replaced by '***'."""
+    secrets = {k: v for k, v in (options or {}).items() if k not in PUBLIC_OPTIONS}
+    for value in (*secrets.values(), *_secret_environment().values()):
+        if value and len(value) >= 4:
             text = text.replace(value, "***")
     return text
 
