@@ -86,7 +86,8 @@ def open_lance(uri: str, version: int | None, options: dict[str, str] | None) ->
     try:
         return lance.dataset(uri, version=version, storage_options=options)
     except LANCE_ERRORS as err:
-        if version is not None and _latest_opens(uri, options):
+        missing = "not found" in str(err).lower()  # not a connection or an auth failure
+        if version is not None and missing and _latest_opens(uri, options):
             raise PinnedVersionGoneError(
                 f"cannot open version {version} of the table at {uri!r}: that version is gone "
                 f"({redact(str(err), options)}). The run is pinned to it; it was removed by "
