@@ -15,6 +15,7 @@ from typing import Any
 
 import lance
 import lancedb
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
@@ -113,6 +114,16 @@ def test_lance_dataset_and_parquet_on_s3(s3_server: S3Server) -> None:
     assert ds.source.spec.uri == f"s3://{bucket}/pq"
     loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=2)
     assert _ids(loader) == list(range(ROWS))
+    own = pads.dataset(f"{bucket}/pq", format="parquet", filesystem=fs)  # the user's filesystem
+    ds = _dataset(own)
+    assert ds.source.spec.uri == f"s3://{bucket}/pq"
+    assert (
+        ds.source.spec.fingerprint
+        == _dataset(
+            f"s3://{bucket}/pq", storage_options=s3_server.storage_options
+        ).source.spec.fingerprint
+    )
+    assert _ids(StreamingDataLoader(ds, batch_size=BATCH, num_workers=2)) == list(range(ROWS))
 
 
 def _without(options: dict[str, str], *keys: str) -> dict[str, str]:
