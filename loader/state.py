@@ -10,6 +10,7 @@ plan and the source. It means the same on any world size that divides S.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 FORMAT = "elastic-loader/state"
@@ -24,31 +25,31 @@ KEY_CURSORS = "cursors"
 KEY_SKIPPED = "skipped"
 KEY_WORLD_SIZE = "world_size"
 KEY_STEP = "step"
+KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 
 # Source fields that must match for a resume to read the same rows. The version is not
-# here: a resume reopens the table at the state's version instead of comparing it.
-SOURCE_IDENTITY = ("kind", "uri", "table", "columns")
+# here: a resume reopens the table at the state's version instead of comparing it; the
+# `version_id` of that version (a Lance content identity) must then match. States written
+# before `version_id` existed lack it and skip that one comparison.
+SOURCE_IDENTITY = ("kind", "uri", "table", "columns", "fingerprint", "version_id")
+OPTIONAL_SOURCE_FIELDS = ("version_id",)
 
 
 def make_state(
-    plan: dict[str, Any],
-    source: dict[str, Any],
-    epoch: int,
-    cursors: list[int],
-    skipped: int,
-    world_size: int,
-    step: int,
+    plan: dict[str, Any], source: dict[str, Any], position: dict[str, Any]
 ) -> dict[str, Any]:
+    """The state: what identifies plan and source, and the position (`Progress.state_dict`)."""
     return {
         KEY_FORMAT: FORMAT,
         KEY_FORMAT_VERSION: FORMAT_VERSION,
         KEY_PLAN: dict(plan),
         KEY_SOURCE: dict(source),
-        KEY_EPOCH: int(epoch),
-        KEY_CURSORS: [int(c) for c in cursors],
-        KEY_SKIPPED: int(skipped),
-        KEY_WORLD_SIZE: int(world_size),
-        KEY_STEP: int(step),
+        KEY_EPOCH: int(position[KEY_EPOCH]),
+        KEY_CURSORS: [int(c) for c in position[KEY_CURSORS]],
+        KEY_SKIPPED: int(position[KEY_SKIPPED]),
+        KEY_WORLD_SIZE: int(position[KEY_WORLD_SIZE]),
+        KEY_STEP: int(position[KEY_STEP]),
+        KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
     }
 
 
@@ -195,14 +196,30 @@ def check_plan(state: dict[str, Any], plan: dict[str, Any], fields: tuple[str, .
 def check_source(state: dict[str, Any], source: dict[str, Any], allow_change: bool) -> None:
     """Same table (and, for unpinnable sources, same fingerprint) unless allowed to differ."""
     saved = state[KEY_SOURCE]
-    fields = (*SOURCE_IDENTITY, "fingerprint")
-    for name in fields:
-        if saved.get(name) != source.get(name) and not allow_change:
+    if allow_change:
+        return
+    _check_relative_uri(saved.get("uri"))
+    for name in SOURCE_IDENTITY:
+        if name in OPTIONAL_SOURCE_FIELDS and name not in saved:
+            continue
+        if saved.get(name) != source.get(name):
             raise ValueError(
                 f"loader state was saved from source.{name}={saved.get(name)!r} but this dataset "
                 f"reads source.{name}={source.get(name)!r}; the data read would differ. Pass "
                 f"allow_source_change=True to resume anyway"
             )
+
+
+def _check_relative_uri(uri: Any) -> None:
+    """States written before URIs were made absolute may hold a path relative to a working
+    directory that is unknown now: which table it meant cannot be told, so refuse."""
+    if isinstance(uri, str) and uri and "://" not in uri and not os.path.isabs(uri):
+        raise ValueError(
+            f"loader state was saved with the relative source.uri={uri!r} (written by an older "
+            f"elastic-loader, relative to the working directory of that run); which table it meant "
+            f"cannot be told. Pass allow_source_change=True to resume anyway if this dataset "
+            f"reads that table"
+        )
 
 
 def check_cursors(state: dict[str, Any], num_splits: int, rows_per_split: int) -> list[int]:
