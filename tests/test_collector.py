@@ -38,7 +38,10 @@ from dashboard.placement import (
 )
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 
-T0 = 1_700_000_000.0
+# Two hours ago on a whole hour: recent enough for the collector's clock window.
+T0 = float(int(time.time()) // 3600 * 3600 - 7200)
+# TestClient's default Host ("testserver") is not one the collector serves.
+LOCAL = "http://127.0.0.1"
 BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
 AFTER = SyntheticRun(
     "job", 4, 48, 20_000, 20, T0 + 31, slow_rank=2, world_size_before=8, start_rows=60_000
@@ -47,7 +50,7 @@ AFTER = SyntheticRun(
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "c.db")))) as c:
+    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
         yield c
 
 
@@ -207,7 +210,7 @@ def test_malformed_json_is_422(client: TestClient) -> None:
 
 def test_oversized_body_is_413_and_stores_nothing(tmp_path: Path) -> None:
     app = create_app(Settings(db=str(tmp_path / "o.db"), max_body_bytes=4096))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()])
         before = _dump(client)
         big = [_good()] * 40  # ~20 kB
@@ -220,7 +223,7 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
     app.dependency_overrides[get_settings] = lambda: Settings(
         db=str(tmp_path / "t.db"), token="s3cret"
     )
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()], headers={"Authorization": "Bearer s3cret"})
         before = _dump(client)
         missing = _post(client, [_good()])

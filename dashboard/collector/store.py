@@ -6,12 +6,18 @@ samples; the rank's latest position goes to `ranks`. Discrete events (checkpoint
 epoch ends) are kept whole in `events`. WAL lets the dashboard read while ranks write, and
 `synchronous=NORMAL` trades the last few events on power loss for ingest speed: telemetry
 is lossy by design.
+
+Bounded: a run's S is fixed by its first event (a different one is a `RunConflict`, 409),
+every per-run read goes through an index, and retention keeps the `keep_runs` most recently
+active runs and drops runs silent for `keep_days` (checked when a run appears and at most
+once a minute otherwise).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,8 @@ import orjson
 from dashboard.collector.models import EventIn
 
 ROLLUP_S = 10
+PRUNE_EVERY_S = 60.0
+TABLES = ("runs", "ranks", "samples", "rollup", "events")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,7 +50,10 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY, run_id TEXT, ts REAL, kind TEXT, rank INTEGER, world_size INTEGER,
   epoch INTEGER, step INTEGER, data BLOB);
 CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
+CREATE INDEX IF NOT EXISTS runs_last_ts ON runs (last_ts);
 """
+RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
+  AND k.world_size = r.world_size) AS ranks"""
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
@@ -77,6 +88,10 @@ INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, s
 INSERT_EVENT += "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
+class RunConflict(ValueError):
+    """An event contradicts what its run already is (e.g. another number of splits)."""
+
+
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
     conn.row_factory = sqlite3.Row
@@ -88,8 +103,11 @@ def _connect(path: str) -> sqlite3.Connection:
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, keep_runs: int = 100, keep_days: float = 30.0) -> None:
         self.path = str(path)
+        self.keep_runs = keep_runs
+        self.keep_days = keep_days
+        self._pruned_at = 0.0
         self._write = _connect(self.path)
         self._write.executescript(SCHEMA)
         self._lock = threading.Lock()
@@ -107,8 +125,11 @@ class Store:
     def query(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return self._read().execute(sql, args).fetchall()
 
-    def ingest(self, events: Sequence[EventIn]) -> int:
-        """Store one batch in one transaction: all of it or (on error) none of it."""
+    def ingest(self, events: Sequence[EventIn], now: float | None = None) -> int:
+        """Store one batch in one transaction: all of it or (on error) none of it.
+
+        Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
+        """
         runs: dict[str, list[Any]] = {}
         last_world: dict[str, int] = {}
         worlds, ranks, samples, rollup, discrete = [], [], [], [], []
@@ -118,6 +139,8 @@ class Store:
                 runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
                 runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0]
                 run = runs[e.run_id]
+            elif run[3] != e.num_splits:
+                raise RunConflict(_conflict(e.run_id, run[3], e.num_splits))
             run[2], run[8] = e.ts, run[8] + 1
             if last_world.get(e.run_id) != e.world_size:
                 last_world[e.run_id] = e.world_size
@@ -139,6 +162,7 @@ class Store:
             conn = self._write
             conn.execute("BEGIN")
             try:
+                new = self._check_runs(conn, runs)
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
@@ -149,7 +173,49 @@ class Store:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        now = time.time() if now is None else now
+        if new or now - self._pruned_at >= PRUNE_EVERY_S:
+            self.prune(now)
         return len(events)
+
+    @staticmethod
+    def _check_runs(conn: sqlite3.Connection, runs: dict[str, list[Any]]) -> bool:
+        """Refuse events whose S is not their run's; True if the batch starts a new run."""
+        marks = ",".join("?" * len(runs))
+        sql = f"SELECT run_id, num_splits FROM runs WHERE run_id IN ({marks})"
+        known = dict(conn.execute(sql, list(runs)).fetchall())
+        for run_id, num_splits in known.items():
+            if num_splits != runs[run_id][3]:
+                raise RunConflict(_conflict(run_id, num_splits, runs[run_id][3]))
+        return len(known) < len(runs)
+
+    def prune(self, now: float) -> int:
+        """Apply retention: drop runs beyond the `keep_runs` newest or silent `keep_days`."""
+        with self._lock:
+            self._pruned_at = now
+            conn = self._write
+            victims = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT run_id FROM runs WHERE last_ts < ? UNION "
+                    "SELECT run_id FROM (SELECT run_id FROM runs ORDER BY last_ts DESC "
+                    "LIMIT -1 OFFSET ?)",
+                    (now - self.keep_days * 86400, self.keep_runs),
+                )
+            ]
+            if not victims:
+                return 0
+            conn.execute("BEGIN")
+            try:
+                for table in TABLES:
+                    conn.executemany(
+                        f"DELETE FROM {table} WHERE run_id = ?", [(v,) for v in victims]
+                    )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(victims)
 
     def count(self) -> int:
         """Events stored: every progress sample plus every discrete event."""
@@ -157,14 +223,13 @@ class Store:
         return int(row[0][0])
 
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.query(
-            "SELECT r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id "
-            "AND k.world_size = r.world_size) AS ranks FROM runs r ORDER BY last_ts DESC"
-        )
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r ORDER BY last_ts DESC")
         return [dict(row) for row in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+        """One run by its primary key: the cost does not grow with the number of runs."""
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r WHERE run_id = ?", run_id)
+        return dict(rows[0]) if rows else None
 
     def ranks(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
         rows = self.query(
@@ -209,6 +274,16 @@ class Store:
             since,
         )
 
+    def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
+        """Per rank below `world_size`: rows, data wait and covered seconds since `since`."""
+        return self.query(
+            "SELECT rank, sum(rows) AS rows, sum(wait_s) AS wait_s, sum(interval_s) AS iv "
+            "FROM samples WHERE run_id = ? AND ts >= ? AND rank < ? GROUP BY rank ORDER BY rank",
+            run_id,
+            since,
+            world_size,
+        )
+
     def events(self, run_id: str, kind: str | None, limit: int) -> list[dict[str, Any]]:
         sql = "SELECT kind, ts, rank, world_size, epoch, step, data FROM events WHERE run_id = ?"
         args: list[Any] = [run_id]
@@ -218,8 +293,20 @@ class Store:
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
 
+    def size_bytes(self) -> int:
+        """The database's size on disk: pages in use times the page size (WAL not counted)."""
+        row = self.query("SELECT page_count * page_size FROM pragma_page_count, pragma_page_size")
+        return int(row[0][0])
+
     def close(self) -> None:
         with self._lock:
             for conn in [self._write, *self._readers]:
                 conn.close()
             self._readers.clear()
+
+
+def _conflict(run_id: str, num_splits: int, got: int) -> str:
+    return (
+        f"run {run_id!r} has num_splits={num_splits}, this event says {got}: a run's S "
+        "cannot change; give the new layout its own run id (ELASTIC_LOADER_RUN_ID)"
+    )

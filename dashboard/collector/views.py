@@ -109,13 +109,7 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
 def _stragglers(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
     """Ranks of the current world that lag the median over the last 30 s."""
     since = run["last_ts"] - STRAGGLER_WINDOW_S
-    rows = store.query(
-        "SELECT rank, sum(rows) AS rows, sum(wait_s) AS wait_s, sum(interval_s) AS iv "
-        "FROM samples WHERE run_id = ? AND ts >= ? AND rank < ? GROUP BY rank ORDER BY rank",
-        run["run_id"],
-        since,
-        run["world_size"],
-    )
+    rows = store.rank_totals(run["run_id"], since, run["world_size"])
     rates = [
         RankRate(
             r["rank"], r["rows"] / (r["iv"] or 1e-9), min(1.0, r["wait_s"] / (r["iv"] or 1e-9))
