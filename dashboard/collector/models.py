@@ -7,9 +7,9 @@ plain dicts with orjson for speed, and the tests check the two agree.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from loader.layout import check_world_size
 from loader.wire import KIND_PATTERN, MAX_SPLITS, MAX_WORLD_SIZE, RUN_ID_PATTERN
@@ -33,12 +33,22 @@ def _utf8(text: str) -> str:
     return text
 
 
+def _int64(value: Any) -> Any:
+    """Refuse integers SQLite and orjson cannot hold (before a float could silently take them)."""
+    ints = value if isinstance(value, list) else [value]
+    if any(type(v) is int and not -(1 << 63) <= v < 1 << 63 for v in ints):
+        raise ValueError("integers must fit in 64 bits")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_utf8)]
 NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
 Int64 = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
 Seconds = Annotated[float, Field(ge=0, le=1e12)]
 Scalar = Annotated[Text, Field(max_length=MAX_TEXT)] | Int64 | float | bool | None
-DataValue = Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)]
+DataValue = Annotated[
+    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)], BeforeValidator(_int64)
+]
 # Any printable text but '/', which could not be one URL path segment (same rule as the client).
 RunId = Annotated[Text, Field(pattern=RUN_ID_PATTERN)]
 
