@@ -6,6 +6,9 @@ view must agree with the contract's placement and with the models published in O
 
 from __future__ import annotations
 
+import ast
+import importlib
+import os
 import signal
 import socket
 import subprocess
@@ -21,6 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+import loader
 from dashboard import charts
 from dashboard.client import CollectorClient
 from dashboard.collector import models
@@ -316,14 +320,54 @@ def test_charts_draw_every_view(client: TestClient) -> None:
         assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
 
 
-def test_a_taken_ui_port_fails_fast(tmp_path: Path) -> None:
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
+    """Issue #10.23: every `start_dashboard(ui=True)` leaked the log file's descriptor."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        fds = _open_fds()
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
             start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
         assert time.monotonic() - start < 30  # not the 60 s readiness deadline
+        assert _open_fds() - fds == set()
+
+
+def test_the_loader_does_not_import_the_dashboard() -> None:
+    """Issue #11.4: `loader` (CLI and telemetry included) imports nothing from `dashboard`."""
+    code = "import sys, loader.cli, loader.telemetry, loader.wire; "
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    for path in Path(loader.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] == "dashboard" for n in names), path
+
+
+def test_importing_the_collector_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No app at import: a bad environment only fails when the factory runs."""
+    monkeypatch.setenv("ELASTIC_LOADER_DASHBOARD_KEEP_RUNS", "many")
+    main = importlib.reload(importlib.import_module("dashboard.collector.main"))
+    assert not hasattr(main, "app")
+    with pytest.raises(ValueError, match="ELASTIC_LOADER_DASHBOARD_KEEP_RUNS='many'"):
+        main.create_app()
+
+
+def test_the_dashboard_command_is_forwarded() -> None:
+    """`elastic-loader dashboard ARGS` runs the dashboard's own entry point with ARGS."""
+    for cmd in (["loader.cli", "dashboard"], ["dashboard.launch"]):
+        out = subprocess.run(
+            [sys.executable, "-m", *cmd, "--help"], capture_output=True, text=True, check=True
+        )
+        assert "--ui-port" in out.stdout and "--token" in out.stdout, cmd
 
 
 def test_any_printable_run_id_round_trips(tmp_path: Path) -> None:
