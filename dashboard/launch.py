@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -181,13 +182,15 @@ def start_dashboard(
     *,
     ui: bool = True,
     ready_timeout_s: float = 60.0,
+    **options: Any,
 ) -> DashboardHandle:
     """Start the collector (and, with `ui`, Streamlit) and return once both answer.
 
-    `port=0` / `ui_port=0` pick free ports. Raises `ValueError` for a non-loopback host
-    without a token, `RuntimeError` if a part does not come up within `ready_timeout_s`.
+    `port=0` / `ui_port=0` pick free ports; `options` are further `Settings` fields
+    (`allowed_hosts`, `keep_runs`, `keep_days`, ...). Raises `ValueError` for a non-loopback
+    host without a token, `RuntimeError` if a part does not come up within `ready_timeout_s`.
     """
-    settings = Settings(db=str(db), token=token, host=host)
+    settings = Settings(db=str(db), token=token, host=host, **options)
     settings.check_bind()
     deadline = time.monotonic() + ready_timeout_s
     server, thread, port = _serve_collector(settings, port)
@@ -214,14 +217,15 @@ def run_dashboard(
     ui_port: int = 8501,
     token: str | None = None,
     db: str = "dashboard.db",
+    **options: Any,
 ) -> int:
-    """The `elastic-loader dashboard` command: start, print the URLs, run until a signal.
+    """The `elastic-loader-dashboard` command: start, print the URLs, run until a signal.
 
     Without `--token`, the token is read from the environment, which keeps it out of `ps`.
     """
     token = token or os.environ.get(ENV_TOKEN) or None
     try:
-        handle = start_dashboard(host, port, ui_port, token, db)
+        handle = start_dashboard(host, port, ui_port, token, db, **options)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"elastic-loader dashboard: {exc}", file=sys.stderr)
         return 2
@@ -263,6 +267,16 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ui-port", type=int, default=8501, help="Streamlit port")
     parser.add_argument("--token", default=None, help="required to bind beyond loopback")
     parser.add_argument("--db", default="dashboard.db", help="SQLite file for events")
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="extra names clients may use in the Host header, comma-separated "
+        "(loopback names and --host are always allowed)",
+    )
+    parser.add_argument("--keep-runs", type=int, default=100, help="retention: newest runs kept")
+    parser.add_argument(
+        "--keep-days", type=float, default=30.0, help="retention: drop runs silent this long"
+    )
     return parser
 
 
@@ -273,7 +287,14 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         parser.prog = prog
     args = parser.parse_args(argv)
     return run_dashboard(
-        host=args.host, port=args.port, ui_port=args.ui_port, token=args.token, db=args.db
+        host=args.host,
+        port=args.port,
+        ui_port=args.ui_port,
+        token=args.token,
+        db=args.db,
+        allowed_hosts=tuple(h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()),
+        keep_runs=args.keep_runs,
+        keep_days=args.keep_days,
     )
 
 
