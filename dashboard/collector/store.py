@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from dashboard.collector.models import EventIn
+from loader.wire import PROGRESS
 
 ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
@@ -145,7 +146,7 @@ class Store:
             if last_world.get(e.run_id) != e.world_size:
                 last_world[e.run_id] = e.world_size
                 worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
-            if e.kind != "progress":
+            if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 discrete.append(
                     (e.run_id, e.ts, e.kind, e.rank, e.world_size, e.epoch, e.step, data)
