@@ -323,6 +323,13 @@ class TelemetryClient:
                 events.append(self._queue.get_nowait())
         return events
 
+    def _closing(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The last batch: `events` and a `closed` event at the final progress's position."""
+        closed = self._base(CLOSED, time.time())
+        closed.update({k: events[0][k] for k in ("epoch", "step") if k in events[0]})
+        closed["data"] = {"reason": self._close_reason}
+        return [*events, closed]
+
     def _run(self) -> None:
         try:
             while True:
@@ -331,9 +338,7 @@ class TelemetryClient:
                 if self._stop.is_set():
                     break
                 self._send(self._drain())
-            closed = self._base(CLOSED, time.time())
-            closed["data"] = {"reason": self._close_reason}
-            self._send([*self._drain(), closed], final=True)
+            self._send(self._closing(self._drain()), final=True)
         except Exception:  # e.g. `-W error` turning the warning into an exception
             logger.exception("telemetry sender stopped; events are dropped from now on")
 

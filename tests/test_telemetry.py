@@ -277,10 +277,13 @@ def test_a_malformed_url_is_a_clear_error_at_construction(url: str) -> None:
 
 
 def test_close_sends_a_closed_event(collector: DashboardHandle) -> None:
+    """Issue #14.1: a finished rank says so (with its last position); a crashed one cannot."""
     client = TelemetryClient(collector.api_url, "run-f", STATIC, interval_s=60, timeout_s=10)
+    client.set_snapshot(lambda: {"epoch": 2, "step": 40, "splits": [4, 8], "cursors": [0] * 4})
     client.close()
     [closed] = _get(collector.api_url + "/api/runs/run-f/events?kind=closed")["data"]
-    assert (closed["rank"], closed["data"]) == (1, {"reason": "close"})
+    assert (closed["rank"], closed["epoch"], closed["step"]) == (1, 2, 40)
+    assert closed["data"] == {"reason": "close"}
 
 
 EXITING_RANK = """
