@@ -30,9 +30,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _printable(value: Any) -> Any:
-    """A validation error's input as JSON can carry it: NaN, 2**70 or '\\ud800' as text."""
+    """A validation error's field as JSON can carry it: NaN, 2**70 or '\\ud800' as text."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
+    if isinstance(value, tuple):  # `loc`
+        value = list(value)
+    if isinstance(value, BaseException):  # `ctx.error` of a validator's ValueError
+        return str(value)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):  # `ctx`
+        value = {k: _printable(v) for k, v in value.items()}
     try:
         orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
@@ -43,15 +49,7 @@ def _printable(value: Any) -> Any:
 async def _invalid(request: Request, exc: Exception) -> Response:
     """422 with pydantic's errors, whatever the rejected input was (never a 500)."""
     assert isinstance(exc, RequestValidationError)
-    errors = [
-        {
-            "type": e.get("type"),
-            "loc": list(e.get("loc", ())),
-            "msg": _printable(str(e.get("msg"))),
-            "input": _printable(e.get("input")),
-        }
-        for e in exc.errors()
-    ]
+    errors = [{key: _printable(value) for key, value in e.items()} for e in exc.errors()]
     body = orjson.dumps({"detail": errors})
     return Response(body, 422, media_type="application/json")
 
