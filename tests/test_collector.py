@@ -41,6 +41,7 @@ from dashboard.placement import (
     supported_world_sizes,
 )
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader import cli
 
 # Two hours ago on a whole hour: recent enough for the collector's clock window.
 T0 = float(int(time.time()) // 3600 * 3600 - 7200)
@@ -359,6 +360,14 @@ def test_importing_the_collector_builds_nothing(monkeypatch: pytest.MonkeyPatch)
     assert not hasattr(main, "app")
     with pytest.raises(ValueError, match="ELASTIC_LOADER_DASHBOARD_KEEP_RUNS='many'"):
         main.create_app()
+
+
+def test_a_missing_dashboard_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "DASHBOARD_ENTRY", "no_such_package.launch")
+    assert cli.main(["dashboard", "--port", "1"]) == 2
+    assert "dashboard is not importable" in capsys.readouterr().err
 
 
 def test_the_dashboard_command_is_forwarded() -> None:
