@@ -166,6 +166,18 @@ def test_retention_keeps_the_newest_runs(tmp_path: Path) -> None:
         assert left == {"run-3", "run-4", "run-5"}
 
 
+def test_new_runs_are_rate_limited_so_spam_cannot_flush_retention(tmp_path: Path) -> None:
+    """With keep_runs=100, 13 requests of 8 new runs would evict every real run: 429 instead."""
+    app = create_app(Settings(db=str(tmp_path / "l.db"), new_runs_per_minute=3))
+    with TestClient(app, base_url=LOCAL) as client:
+        assert _post(client, [_event(run_id=f"a{i}") for i in range(3)]).status_code == 202
+        before = _dump(client)
+        response = _post(client, [_event(run_id="a0"), _event(run_id="spam")])
+        assert response.status_code == 429 and response.headers["Retry-After"] == "60"
+        assert _dump(client) == before
+        assert _post(client, [_event(run_id="a1")]).status_code == 202  # known runs go on
+
+
 def test_retention_drops_runs_silent_for_keep_days(tmp_path: Path) -> None:
     store = Store(tmp_path / "d.db", keep_runs=100, keep_days=30)
     try:
@@ -197,7 +209,7 @@ def _steps(store: Store, run_id: str) -> int:
 
 def test_a_run_is_found_without_scanning_all_runs(tmp_path: Path) -> None:
     """Issue: 20,000 runs made every per-run request 50x slower. Cost must not grow with runs."""
-    store = Store(tmp_path / "n.db", keep_runs=100_000)
+    store = Store(tmp_path / "n.db", keep_runs=100_000, new_runs_per_minute=100_000)
     try:
 
         def add(first: int, n: int) -> None:
@@ -308,7 +320,7 @@ def test_plain_uvicorn_on_another_address_without_token_serves_nothing(tmp_path:
 def test_openapi_documents_the_refusals(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     ingest = set(paths["/api/events"]["post"]["responses"])
-    assert {"202", "400", "401", "403", "409", "413", "422"} <= ingest
+    assert {"202", "400", "401", "403", "409", "413", "422", "429"} <= ingest
     for view in VIEWS:
         answers = set(paths["/api/runs/{run_id}" + view]["get"]["responses"])
         assert {"200", "400", "401", "403", "404", "422"} <= answers, view

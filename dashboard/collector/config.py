@@ -49,7 +49,8 @@ class Settings(BaseModel):
     arrive on any other local address are refused (see `guard.py`). `allowed_hosts` are
     extra names clients may use in the Host header (the loopback names and `host` are always
     allowed). Retention keeps the `keep_runs` most recently active runs and drops runs
-    silent for `keep_days`; events older than `keep_days` are refused.
+    silent for `keep_days`; events older than `keep_days` are refused, and at most
+    `new_runs_per_minute` runs may start in any minute (so spam cannot flush real runs out).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -62,6 +63,7 @@ class Settings(BaseModel):
     keep_runs: int = Field(default=100, ge=1)
     keep_days: float = Field(default=30.0, gt=0)
     max_clock_skew_s: float = Field(default=300.0, ge=0)
+    new_runs_per_minute: int = Field(default=60, ge=1)
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -8,7 +8,9 @@ epoch ends) are kept whole in `events`. WAL lets the dashboard read while ranks 
 is lossy by design.
 
 Bounded: a run's S is fixed by its first event (a different one is a `RunConflict`, 409),
-every per-run read goes through an index, and retention keeps the `keep_runs` most recently
+at most `new_runs_per_minute` runs start in any minute (`TooManyNewRuns`, 429: so a client
+cannot flush real runs out of retention), every per-run read goes through an index, and
+retention keeps the `keep_runs` most recently
 active runs and drops runs silent for `keep_days` (checked when a run appears and at most
 once a minute otherwise).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +96,10 @@ class RunConflict(ValueError):
     """An event contradicts what its run already is (e.g. another number of splits)."""
 
 
+class TooManyNewRuns(ValueError):
+    """More new runs in the last minute than allowed: retention must not be flushed by spam."""
+
+
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
     conn.row_factory = sqlite3.Row
@@ -104,10 +111,18 @@ def _connect(path: str) -> sqlite3.Connection:
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
-    def __init__(self, path: str | Path, keep_runs: int = 100, keep_days: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        keep_runs: int = 100,
+        keep_days: float = 30.0,
+        new_runs_per_minute: int = 60,
+    ) -> None:
         self.path = str(path)
         self.keep_runs = keep_runs
         self.keep_days = keep_days
+        self.new_runs_per_minute = new_runs_per_minute
+        self._created: deque[float] = deque()  # monotonic times of recent new runs
         self._pruned_at = 0.0
         self._write = _connect(self.path)
         self._write.executescript(SCHEMA)
@@ -164,6 +179,7 @@ class Store:
             conn.execute("BEGIN")
             try:
                 new = self._check_runs(conn, runs)
+                self._count_new_runs(new)
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
@@ -180,15 +196,29 @@ class Store:
         return len(events)
 
     @staticmethod
-    def _check_runs(conn: sqlite3.Connection, runs: dict[str, list[Any]]) -> bool:
-        """Refuse events whose S is not their run's; True if the batch starts a new run."""
+    def _check_runs(conn: sqlite3.Connection, runs: dict[str, list[Any]]) -> int:
+        """Refuse events whose S is not their run's; how many runs the batch starts."""
         marks = ",".join("?" * len(runs))
         sql = f"SELECT run_id, num_splits FROM runs WHERE run_id IN ({marks})"
         known = dict(conn.execute(sql, list(runs)).fetchall())
         for run_id, num_splits in known.items():
             if num_splits != runs[run_id][3]:
                 raise RunConflict(_conflict(run_id, num_splits, runs[run_id][3]))
-        return len(known) < len(runs)
+        return len(runs) - len(known)
+
+    def _count_new_runs(self, new: int) -> None:
+        """Allow `new` more runs if the last minute's stay within `new_runs_per_minute`."""
+        if not new:
+            return
+        now = time.monotonic()
+        while self._created and self._created[0] < now - 60:
+            self._created.popleft()
+        if len(self._created) + new > self.new_runs_per_minute:
+            raise TooManyNewRuns(
+                f"more than {self.new_runs_per_minute} new runs in a minute: retry later, "
+                "or raise the limit (Settings.new_runs_per_minute)"
+            )
+        self._created.extend([now] * new)
 
     def prune(self, now: float) -> int:
         """Apply retention: drop runs beyond the `keep_runs` newest or silent `keep_days`."""

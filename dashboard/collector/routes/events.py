@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 
 from dashboard.collector.deps import TOKEN_ERRORS, SettingsDep, StoreDep, TokenDep
 from dashboard.collector.models import ErrorPublic, EventBatchIn, IngestPublic
-from dashboard.collector.store import RunConflict
+from dashboard.collector.store import RunConflict, TooManyNewRuns
 from loader.wire import INGEST_PATH
 
 router = APIRouter(prefix=INGEST_PATH, tags=["events"], dependencies=[TokenDep])
@@ -19,6 +19,7 @@ INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
     **TOKEN_ERRORS,
     409: {"model": ErrorPublic, "description": "an event contradicts its run (another S)"},
     413: {"model": ErrorPublic, "description": "body over the collector's size limit"},
+    429: {"model": ErrorPublic, "description": "too many new runs this minute; retry later"},
 }
 
 
@@ -38,6 +39,10 @@ def ingest(batch: EventBatchIn, store: StoreDep, settings: SettingsDep) -> Inges
         return IngestPublic(accepted=store.ingest(batch.events, now))
     except RunConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    except TooManyNewRuns as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc), headers={"Retry-After": "60"}
+        ) from None
 
 
 def _check_clock(batch: EventBatchIn, lo: float, hi: float) -> None:
