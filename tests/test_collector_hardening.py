@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from dashboard.collector.config import ENV_DB, ENV_HOST, ENV_TOKEN, Settings
 from dashboard.collector.main import create_app
 from dashboard.collector.models import EventIn
-from dashboard.collector.store import Store
+from dashboard.collector.store import Retention, Store
 from dashboard.synthetic import SyntheticRun, synthetic_events
 from tests.net import free_port, wait_until
 
@@ -166,6 +166,23 @@ def test_retention_keeps_the_newest_runs(tmp_path: Path) -> None:
         assert left == {"run-3", "run-4", "run-5"}
 
 
+def test_a_long_run_keeps_raw_samples_for_its_last_hours_only(tmp_path: Path) -> None:
+    """A run that never ends must not grow without bound: old seconds live on in the rollup."""
+    store = Store(tmp_path / "w.db", Retention(keep_samples_s=20_000))
+    try:
+        run = SyntheticRun("long", 2, 4, 10**9, 30, NOW - 25_000)
+        late = SyntheticRun("long", 2, 4, 10**9, 30, NOW - 60, start_rows=60_000)
+        for part in (run, late):
+            store.ingest([EventIn.model_validate(e) for e in synthetic_events(part)], NOW)
+        store.prune(NOW)
+        kept = store.query("SELECT min(ts), count(*) FROM samples WHERE run_id = 'long'")[0]
+        assert kept[0] >= NOW - 60 and kept[1] == 2 * 30
+        rolled = store.query("SELECT sum(rows) FROM rollup WHERE run_id = 'long'")[0][0]
+        assert rolled == 2 * 60 * 2000  # every second of both stretches, still summed
+    finally:
+        store.close()
+
+
 def test_new_runs_are_rate_limited_so_spam_cannot_flush_retention(tmp_path: Path) -> None:
     """With keep_runs=100, 13 requests of 8 new runs would evict every real run: 429 instead."""
     app = create_app(Settings(db=str(tmp_path / "l.db"), new_runs_per_minute=3))
@@ -179,7 +196,7 @@ def test_new_runs_are_rate_limited_so_spam_cannot_flush_retention(tmp_path: Path
 
 
 def test_retention_drops_runs_silent_for_keep_days(tmp_path: Path) -> None:
-    store = Store(tmp_path / "d.db", keep_runs=100, keep_days=30)
+    store = Store(tmp_path / "d.db", Retention(keep_runs=100, keep_days=30))
     try:
         store.ingest([EventIn.model_validate(_event(run_id="old", ts=NOW - 29 * 86400))], NOW)
         store.ingest([EventIn.model_validate(_event(run_id="new", ts=NOW))], NOW)
@@ -209,7 +226,7 @@ def _steps(store: Store, run_id: str) -> int:
 
 def test_a_run_is_found_without_scanning_all_runs(tmp_path: Path) -> None:
     """Issue: 20,000 runs made every per-run request 50x slower. Cost must not grow with runs."""
-    store = Store(tmp_path / "n.db", keep_runs=100_000, new_runs_per_minute=100_000)
+    store = Store(tmp_path / "n.db", Retention(keep_runs=100_000, new_runs_per_minute=100_000))
     try:
 
         def add(first: int, n: int) -> None:

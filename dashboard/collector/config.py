@@ -11,6 +11,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard.collector.store import Retention
+
 ENV_DB = "ELASTIC_LOADER_DASHBOARD_DB"
 ENV_TOKEN = "ELASTIC_LOADER_DASHBOARD_TOKEN"
 ENV_HOST = "ELASTIC_LOADER_DASHBOARD_HOST"
@@ -50,7 +52,8 @@ class Settings(BaseModel):
     extra names clients may use in the Host header (the loopback names and `host` are always
     allowed). Retention keeps the `keep_runs` most recently active runs and drops runs
     silent for `keep_days`; events older than `keep_days` are refused, and at most
-    `new_runs_per_minute` runs may start in any minute (so spam cannot flush real runs out).
+    `new_runs_per_minute` runs may start in any minute (so spam cannot flush real runs out);
+    raw samples are kept `keep_samples_s` per run (see `store.Retention`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -63,6 +66,7 @@ class Settings(BaseModel):
     keep_runs: int = Field(default=100, ge=1)
     keep_days: float = Field(default=30.0, gt=0)
     max_clock_skew_s: float = Field(default=300.0, ge=0)
+    keep_samples_s: float = Field(default=6 * 3600.0, ge=20_000)
     new_runs_per_minute: int = Field(default=60, ge=1)
 
     @classmethod
@@ -74,6 +78,11 @@ class Settings(BaseModel):
             allowed_hosts=_names(os.environ.get(ENV_ALLOWED_HOSTS, "")),
             keep_runs=int(_env_number(ENV_KEEP_RUNS, "100")),
             keep_days=_env_number(ENV_KEEP_DAYS, "30"),
+        )
+
+    def retention(self) -> Retention:
+        return Retention(
+            self.keep_runs, self.keep_days, self.keep_samples_s, self.new_runs_per_minute
         )
 
     def check_bind(self) -> None:

@@ -35,9 +35,7 @@ async def get_store(request: Request, settings: SettingsDep) -> Store:
     state = request.app.state
     with _open_lock:
         if getattr(state, "store", None) is None:
-            state.store = Store(
-                settings.db, settings.keep_runs, settings.keep_days, settings.new_runs_per_minute
-            )
+            state.store = Store(settings.db, settings.retention())
     store: Store = state.store
     return store
 

@@ -12,7 +12,7 @@ at most `new_runs_per_minute` runs start in any minute (`TooManyNewRuns`, 429: s
 cannot flush real runs out of retention), every per-run read goes through an index, and
 retention keeps the `keep_runs` most recently
 active runs and drops runs silent for `keep_days` (checked when a run appears and at most
-once a minute otherwise).
+once a minute otherwise), and raw per-second samples only for a run's last 6 hours.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,19 @@ INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, s
 INSERT_EVENT += "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
+@dataclass(frozen=True)
+class Retention:
+    """What the store keeps: the `keep_runs` most recently active runs, none silent for
+    `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
+    report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
+    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads). At most `new_runs_per_minute` new runs."""
+
+    keep_runs: int = 100
+    keep_days: float = 30.0
+    keep_samples_s: float = 6 * 3600.0
+    new_runs_per_minute: int = 60
+
+
 class RunConflict(ValueError):
     """An event contradicts what its run already is (e.g. another number of splits)."""
 
@@ -111,17 +125,9 @@ def _connect(path: str) -> sqlite3.Connection:
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
-    def __init__(
-        self,
-        path: str | Path,
-        keep_runs: int = 100,
-        keep_days: float = 30.0,
-        new_runs_per_minute: int = 60,
-    ) -> None:
+    def __init__(self, path: str | Path, retention: Retention | None = None) -> None:
         self.path = str(path)
-        self.keep_runs = keep_runs
-        self.keep_days = keep_days
-        self.new_runs_per_minute = new_runs_per_minute
+        self.retention = retention or Retention()
         self._created: deque[float] = deque()  # monotonic times of recent new runs
         self._pruned_at = 0.0
         self._write = _connect(self.path)
@@ -213,35 +219,38 @@ class Store:
         now = time.monotonic()
         while self._created and self._created[0] < now - 60:
             self._created.popleft()
-        if len(self._created) + new > self.new_runs_per_minute:
+        limit = self.retention.new_runs_per_minute
+        if len(self._created) + new > limit:
             raise TooManyNewRuns(
-                f"more than {self.new_runs_per_minute} new runs in a minute: retry later, "
+                f"more than {limit} new runs in a minute: retry later, "
                 "or raise the limit (Settings.new_runs_per_minute)"
             )
         self._created.extend([now] * new)
 
     def prune(self, now: float) -> int:
-        """Apply retention: drop runs beyond the `keep_runs` newest or silent `keep_days`."""
+        """Apply retention (see `Retention`); returns how many runs were dropped."""
+        keep = self.retention
         with self._lock:
             self._pruned_at = now
             conn = self._write
             victims = [
-                row[0]
+                (row[0],)
                 for row in conn.execute(
                     "SELECT run_id FROM runs WHERE last_ts < ? UNION "
                     "SELECT run_id FROM (SELECT run_id FROM runs ORDER BY last_ts DESC "
                     "LIMIT -1 OFFSET ?)",
-                    (now - self.keep_days * 86400, self.keep_runs),
+                    (now - keep.keep_days * 86400, keep.keep_runs),
                 )
             ]
-            if not victims:
-                return 0
             conn.execute("BEGIN")
             try:
                 for table in TABLES:
-                    conn.executemany(
-                        f"DELETE FROM {table} WHERE run_id = ?", [(v,) for v in victims]
-                    )
+                    conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", victims)
+                conn.execute(
+                    "DELETE FROM samples WHERE rowid IN (SELECT s.rowid FROM runs r "
+                    "JOIN samples s ON s.run_id = r.run_id AND s.ts < r.last_ts - ?)",
+                    (keep.keep_samples_s,),
+                )
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
