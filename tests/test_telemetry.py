@@ -316,3 +316,16 @@ def test_exit_is_bounded_across_clients_and_sends_closed(
     assert time.monotonic() - start < 4.0  # the 2 s budget plus interpreter teardown
     [closed] = _get(collector.api_url + "/api/runs/run-x/events?kind=closed")["data"]
     assert closed["data"] == {"reason": "exit"}
+
+
+def test_the_warning_says_why_the_collector_refused(collector: DashboardHandle) -> None:
+    """A run id reused with another S is refused (409): the one warning says what to do."""
+    first = TelemetryClient(collector.api_url, "run-s", STATIC, interval_s=60, timeout_s=10)
+    first.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other = {**STATIC, "num_splits": 16}
+        second = TelemetryClient(collector.api_url, "run-s", other, interval_s=60, timeout_s=10)
+        second.close()
+    [warning] = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+    assert "409" in str(warning.message) and "ELASTIC_LOADER_RUN_ID" in str(warning.message)
