@@ -329,3 +329,19 @@ def test_the_warning_says_why_the_collector_refused(collector: DashboardHandle) 
         second.close()
     [warning] = [w for w in caught if issubclass(w.category, TelemetryWarning)]
     assert "409" in str(warning.message) and "ELASTIC_LOADER_RUN_ID" in str(warning.message)
+
+
+def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
+    """Issue #14.1: a loader that is garbage-collected is finished, not crashed: `closed`."""
+    from loader import StreamingDataLoader, StreamingDataset
+    from tests.tables import make_rows
+
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=1)
+    loader = StreamingDataLoader(ds, batch_size=16, telemetry=collector.api_url, run_id="run-gc")
+    assert len(list(loader)) == 4
+    client = loader._telemetry
+    del loader
+    gc.collect()
+    url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
+    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
+    _wait_until(lambda: not client._thread.is_alive())  # and its sender has ended
