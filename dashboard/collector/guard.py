@@ -61,7 +61,7 @@ class Guard:
         names = set(LOOPBACK_NAMES) | {host} | set(settings.allowed_hosts)
         if self.wildcard:
             names.add(socket.gethostname().lower())
-        self.names = frozenset(names)
+        self.names = frozenset(names - {""})  # a request without a Host is never one of ours
 
     def address_allowed(self, server: tuple[str, int] | None) -> bool:
         if self.token or server is None:  # a token guards the API; a unix socket is local
