@@ -43,11 +43,23 @@ CREATE TABLE IF NOT EXISTS events (
   epoch INTEGER, step INTEGER, data BLOB);
 CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
 """
+# Columns added after the first release: ALTERed into older databases on open, so a
+# collector upgrade keeps the runs it already has.
+ADDED_COLUMNS = (
+    ("runs", "total_epochs", "INTEGER"),
+    ("runs", "total_steps", "INTEGER"),
+    ("ranks", "global_step", "INTEGER"),
+    ("ranks", "interval_s", "REAL"),
+    ("events", "global_step", "INTEGER"),
+)
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
-  world_size, world_since, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+  world_size, world_since, events, total_epochs, total_steps)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
+  total_epochs = coalesce(excluded.total_epochs, total_epochs),
+  total_steps = coalesce(excluded.total_steps, total_steps),
   last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
   rows_per_split = excluded.rows_per_split,
   batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
@@ -59,12 +71,15 @@ UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
 WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 UPSERT_RANK = """
-INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
+  lo, hi, cursors, rows_per_s, global_step, interval_s)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
   hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
-  rows_per_s = excluded.rows_per_s WHERE excluded.ts >= ranks.ts
+  rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
+  interval_s = excluded.interval_s WHERE excluded.ts >= ranks.ts
 """
 INSERT_SAMPLE = "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_ROLLUP = """
@@ -73,8 +88,8 @@ ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
   batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
   interval_s = interval_s + excluded.interval_s
 """
-INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data) "
-INSERT_EVENT += "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
+INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -85,6 +100,13 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    for table, column, kind in ADDED_COLUMNS:
+        have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
@@ -92,6 +114,7 @@ class Store:
         self.path = str(path)
         self._write = _connect(self.path)
         self._write.executescript(SCHEMA)
+        _add_columns(self._write)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -116,22 +139,24 @@ class Store:
             run = runs.get(e.run_id)
             if run is None:
                 runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
-                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0]
+                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0, None, None]
                 run = runs[e.run_id]
             run[2], run[8] = e.ts, run[8] + 1
+            run[9] = e.total_epochs if e.total_epochs is not None else run[9]
+            run[10] = e.total_steps if e.total_steps is not None else run[10]
             if last_world.get(e.run_id) != e.world_size:
                 last_world[e.run_id] = e.world_size
                 worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
             if e.kind != "progress":
                 data = orjson.dumps(e.data)
-                discrete.append(
-                    (e.run_id, e.ts, e.kind, e.rank, e.world_size, e.epoch, e.step, data)
-                )
+                said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
+                discrete.append((*said, e.epoch, e.step, data, e.global_step))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
-            ranks.append((*where, e.epoch, e.step, lo, hi, cursors, e.rows_per_s))
+            position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
+            ranks.append((*where, *position, e.interval_s or None))
             row = (e.rows, e.batches, e.wait_s, e.interval_s)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
             rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
@@ -210,13 +235,39 @@ class Store:
         )
 
     def events(self, run_id: str, kind: str | None, limit: int) -> list[dict[str, Any]]:
-        sql = "SELECT kind, ts, rank, world_size, epoch, step, data FROM events WHERE run_id = ?"
+        sql = "SELECT kind, ts, rank, world_size, epoch, step, global_step, data FROM events "
+        sql += "WHERE run_id = ?"
         args: list[Any] = [run_id]
         if kind:
             sql += " AND kind = ?"
             args.append(kind)
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
+
+    def closed_ranks(self, run_id: str, world_size: int) -> dict[int, float]:
+        """Rank → time of its latest `closed` event (sent by `close()` and at exit)."""
+        rows = self.query(
+            "SELECT rank, max(ts) AS ts FROM events WHERE run_id = ? AND world_size = ? "
+            "AND kind = 'closed' GROUP BY rank",
+            run_id,
+            world_size,
+        )
+        return {int(row["rank"]): float(row["ts"]) for row in rows}
+
+    def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
+        """Per rank of the world since `since`: rows, wait and covered seconds, summed."""
+        return self.query(
+            "SELECT rank, sum(rows) AS rows, sum(wait_s) AS wait_s, sum(interval_s) AS iv "
+            "FROM samples WHERE run_id = ? AND ts >= ? AND rank < ? GROUP BY rank ORDER BY rank",
+            run_id,
+            since,
+            world_size,
+        )
+
+    def reporting_buckets(self, run_id: str) -> list[int]:
+        """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""
+        rows = self.query("SELECT DISTINCT bucket FROM rollup WHERE run_id = ?", run_id)
+        return sorted(int(row[0]) for row in rows)
 
     def close(self) -> None:
         with self._lock:
