@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,7 +88,16 @@ def save(state: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -
     data = encode(state)
     target.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(target, data)
+    _tell_telemetry(state, target)
     return target
+
+
+def _tell_telemetry(state: Mapping[str, Any], target: Path) -> None:
+    """Put the checkpoint on the dashboard's timeline: live telemetry clients of this process
+    whose loader is at `state` send it (telemetry off: the module was never imported)."""
+    telemetry = sys.modules.get("loader.telemetry")
+    if telemetry is not None:
+        telemetry.checkpoint_saved(state, target)
 
 
 def encode(state: Mapping[str, Any]) -> bytes:

@@ -55,9 +55,11 @@ STATIC_KEYS = (
     "num_splits",
     "rows_per_split",
     "batch_size",
+    "total_epochs",
+    "total_steps",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
-POSITION_KEYS = ("epoch", "step", "splits", "cursors")
+POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors")
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
@@ -69,6 +71,14 @@ def _close_all() -> None:
     """Flush every open client at interpreter exit (torchrun ranks exit normally)."""
     for client in list(_LIVE):
         client.close()
+
+
+def checkpoint_saved(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """`loader.checkpoint.save` wrote `state` to `path`: every live client of this process
+    whose loader is at that position sends a `checkpoint_saved` event (with the path), so
+    the timeline shows checkpoints without a call the user must know about."""
+    for client in list(_LIVE):
+        client.saved_if_mine(state, path)
 
 
 class TelemetryWarning(RuntimeWarning):
@@ -104,7 +114,7 @@ def _field(value: Any) -> Any:
 def _position(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
-    for key in ("epoch", "step"):
+    for key in ("epoch", "step", "global_step"):
         if key in out:
             out[key] = int(out[key])
     splits, cursors = out.get("splits"), out.get("cursors")
@@ -205,6 +215,30 @@ class TelemetryClient:
         ev["data"] = {str(k): _field(v) for k, v in fields.items()}
         self._offer(ev)
         self._wake.set()
+
+    def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+        """Send `checkpoint_saved` if `state` is this rank's loader's current position
+        (same epoch, same cursors of its splits); a state of another loader is ignored."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None or self._stop.is_set():
+            return
+        try:
+            now = _position(snapshot(), self.static.get("num_splits"))
+            cursors = state.get("cursors")
+            lo, hi = now["splits"]
+            mine = list(cursors[lo:hi]) if isinstance(cursors, list) else None
+            if state.get("epoch") != now.get("epoch") or mine != now.get("cursors"):
+                return
+        except Exception:  # an odd state or a snapshot racing the loader: no event
+            logger.debug("telemetry: could not match a saved state", exc_info=True)
+            return
+        self.event(
+            "checkpoint_saved",
+            path=path,
+            epoch=now.get("epoch"),
+            step=state.get("step", now.get("step")),
+            global_step=state.get("global_step", now.get("global_step")),
+        )
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""

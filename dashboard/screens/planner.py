@@ -5,10 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
 from dashboard.placement import plan_fits, supported_world_sizes
 
-ui.framed()
 st.header("Planner")
 st.caption(
     "S is fixed for the life of a run; a resume may use any W that divides it. "
