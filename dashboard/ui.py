@@ -43,8 +43,11 @@ def runs() -> tuple[list[dict[str, Any]] | None, str]:
 
 
 def selected_run() -> str | None:
-    """The run chosen in the sidebar, else the one the URL names."""
-    run_id = st.session_state.get("run_id") or st.query_params.get(RUN)
+    """The run chosen in the sidebar, else the one the URL named when the session began
+    (kept: switching pages clears the URL's query)."""
+    if not st.session_state.get("run_id") and st.query_params.get(RUN):
+        st.session_state["run_id"] = st.query_params[RUN]
+    run_id = st.session_state.get("run_id")
     return str(run_id) if run_id else None
 
 

@@ -75,6 +75,8 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
+        total_epochs, total_steps: how long the job means to run, if it knows: the
+            dashboard then shows "epoch x of N" and the job's ETA (telemetry only).
         read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
@@ -93,6 +95,8 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
         run_id: str | None = None,
+        total_epochs: int | None = None,
+        total_steps: int | None = None,
         read_ahead: int = 2,
         read_size: int = 8192,
         **kwargs: Any,
@@ -128,7 +132,7 @@ class StreamingDataLoader(DataLoader[Any]):
         super().__init__(
             reader, batch_size=None, sampler=_TaskSampler(self), num_workers=num_workers, **kwargs
         )
-        self._telemetry = self._connect(telemetry, run_id)
+        self._telemetry = self._connect(telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
     # these report the loader's own values.
@@ -216,7 +220,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
-        return self.streaming_dataset.make_state(self._rows_per_batch, self._drop_last, self.step)
+        state = self.streaming_dataset.make_state(self._rows_per_batch, self._drop_last, self.step)
+        if self._telemetry is not None:
+            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next `for`."""
@@ -257,8 +264,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     # -- telemetry ----------------------------------------------------------------------
 
-    def _connect(self, url: str | None, run_id: str | None) -> Any:
-        from loader.telemetry import TelemetryClient
+    def _connect(
+        self, url: str | None, run_id: str | None, total_epochs: int | None, total_steps: int | None
+    ) -> Any:
+        from loader.telemetry import TelemetryClient, job_length
 
         ds = self.streaming_dataset
         static = {
@@ -269,6 +278,7 @@ class StreamingDataLoader(DataLoader[Any]):
             "num_splits": ds.num_splits,
             "rows_per_split": ds.rows_per_split,
             "batch_size": self._rows_per_batch,
+            **job_length(total_epochs, total_steps),
         }
         client = TelemetryClient.from_settings(url, run_id, static)
         if client is not None:

@@ -104,7 +104,8 @@ class RankStatePublic(BaseModel):
 
 
 class StatusPublic(BaseModel):
-    """The run's state: starting, running, stalled, crashed, finished or stopped."""
+    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
+    lists the silent ranks (worst first, at most 64), `counts` all of them by state."""
 
     state: str
     resumed: bool

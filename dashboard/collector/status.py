@@ -57,13 +57,15 @@ def run_status(
     """The run's state, each rank's state and silence (from `ranks` if the caller read them)."""
     now = time.time()
     if ranks is None:
-        ranks = store.ranks(run["run_id"], run["world_size"])
+        ranks = store.heartbeats(run["run_id"], run["world_size"])
     closed = store.closed_ranks(run["run_id"], run["world_size"])
     states = []
     for r in ranks:
         state = rank_state(r, closed.get(r["rank"]), now)
         states.append({"rank": r["rank"], "state": state, "silent_s": max(0.0, now - r["ts"])})
-        states[-1].update(last_ts=r["ts"], global_step=r.get("global_step"))
+        # clients older than the global step send the epoch's step only
+        step = r.get("global_step") if r.get("global_step") is not None else r.get("step")
+        states[-1].update(last_ts=r["ts"], global_step=step)
     counts = {s: sum(1 for r in states if r["state"] == s) for s in WORST_FIRST}
     if not states:
         state = "starting"
@@ -81,6 +83,15 @@ def run_status(
         "ranks": states,
         "headline": headline(state, states, counts, run["world_size"]),
     }
+
+
+def public(status: dict[str, Any], most: int = 64) -> dict[str, Any]:
+    """What every page's status line fetches each second: the silent ranks (worst first, at
+    most `most`) rather than all 1,024."""
+    order = {s: i for i, s in enumerate(WORST_FIRST)}
+    silent = [r for r in status["ranks"] if r["state"] in ("crashed", "stalled")]
+    silent.sort(key=lambda r: (order[r["state"]], -r["silent_s"], r["rank"]))
+    return {**status, "ranks": silent[:most]}
 
 
 def ranks_text(ranks: list[int], most: int = 8) -> str:

@@ -47,7 +47,7 @@ def get_run(run: RunDep) -> Response:
 
 @router.get("/{run_id}/status", response_model=StatusPublic)
 def get_status(run: RunDep, store: StoreDep) -> Response:
-    return _json(status.run_status(store, run))
+    return _json(status.public(status.run_status(store, run)))
 
 
 @router.get("/{run_id}/placement", response_model=PlacementPublic)
