@@ -75,7 +75,8 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     world = max(1, layout["world_size"] - 1)
     base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
     tooltip = ["split:Q", "rank:Q", "host:N", "GPU:N", "workers:Q", "state:N"]
-    cells = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
+    cell = cell_px(num_splits)
+    cells = base.mark_rect(**_stroke(cell)).encode(
         color=alt.Color(
             "rank:Q",
             scale=alt.Scale(scheme="turbo", domain=[0, world]),
@@ -89,31 +90,37 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
         .encode(tooltip=tooltip)
     )
     layers: list[Any] = [cells, dead]
-    cell = cell_px(num_splits)
     if cell >= 18:  # labels only where they are legible
         layers.append(base.mark_text(fontSize=9, color="white").encode(text="label:N"))
     step = alt.Step(cell)
     return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
 
 
-def progress_grid(progress: dict[str, Any]) -> alt.LayerChart:
-    """Per-split cursor as a heatmap: 0 (white) to rows per split (dark); grey = unknown."""
+def _stroke(cell: int) -> dict[str, Any]:
+    """White cell borders where cells are big enough to show them (they cost render time)."""
+    return {"stroke": "white", "strokeWidth": 0.5} if cell >= 10 else {}
+
+
+def progress_grid(progress: dict[str, Any]) -> alt.Chart:
+    """Per-split cursor as a heatmap: 0 (white) to rows per split (dark); grey = unknown.
+    One layer of S cells (a second layer for the unknown ones doubled the render time)."""
     frame = split_frame(progress["owner"], progress["cursors"])
     per_split = max(1, progress["rows_per_split"])
-    frame["done"] = [c / per_split if c >= 0 else None for c in frame["cursor"]]
-    base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
-    unknown = base.mark_rect(stroke="white", color="#dddddd").encode(tooltip=["split:Q", "rank:N"])
-    known = (
-        base.transform_filter("datum.cursor >= 0")
-        .mark_rect(stroke="white")
+    frame["done"] = [c / per_split if c >= 0 else 0.0 for c in frame["cursor"]]
+    cell = cell_px(len(frame))
+    colour = alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read")
+    title = "cursor per split (share of the split read; grey: not reported yet)"
+    return (
+        alt.Chart(frame, title=title)
+        .mark_rect(**_stroke(cell))
         .encode(
-            color=alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"),
+            x=alt.X("col:O", axis=None),
+            y=alt.Y("row:O", axis=None),
+            color=alt.condition("datum.cursor < 0", alt.value("#dddddd"), colour),
             tooltip=["split:Q", "rank:N", "cursor:Q", alt.Tooltip("done:Q", format=".1%")],
         )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
-    step = alt.Step(cell_px(len(frame)))
-    title = "cursor per split (share of the split read; grey: not reported yet)"
-    return alt.LayerChart(layer=[unknown, known], title=title).properties(width=step, height=step)
 
 
 def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:

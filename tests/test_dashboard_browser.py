@@ -227,7 +227,14 @@ def test_1024_ranks_render_within_the_budget(live: Live, page: Page) -> None:
 
 def test_a_run_id_is_text_not_markdown(live: Live, page: Page) -> None:
     fetched: list[str] = []
-    page.on("request", lambda r: fetched.append(r.url) if "pixel.png" in r.url else None)
+    page.on(
+        "request",
+        lambda r: (
+            fetched.append(r.url)
+            if urllib.parse.urlsplit(r.url).path.endswith("pixel.png")
+            else None
+        ),
+    )
     page.goto(live.url("", ODD_RUN))
     expect(page.get_by_text(ODD_RUN).first).to_be_visible(timeout=30_000)
     page.goto(live.url("", "no-such-run"))
