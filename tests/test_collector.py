@@ -6,7 +6,10 @@ view must agree with the contract's placement and with the models published in O
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import os
 import signal
 import socket
 import subprocess
@@ -22,6 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+import loader
 from dashboard import charts
 from dashboard.client import CollectorClient
 from dashboard.collector import models
@@ -38,8 +42,12 @@ from dashboard.placement import (
     supported_world_sizes,
 )
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader import cli
 
-T0 = 1_700_000_000.0
+# Two hours ago on a whole hour: recent enough for the collector's clock window.
+T0 = float(int(time.time()) // 3600 * 3600 - 7200)
+# TestClient's default Host ("testserver") is not one the collector serves.
+LOCAL = "http://127.0.0.1"
 BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
 AFTER = SyntheticRun(
     "job", 4, 48, 20_000, 20, T0 + 31, slow_rank=2, world_size_before=8, start_rows=60_000
@@ -48,7 +56,7 @@ AFTER = SyntheticRun(
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "c.db")))) as c:
+    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
         yield c
 
 
@@ -220,7 +228,7 @@ def test_malformed_json_is_422(client: TestClient) -> None:
 
 def test_oversized_body_is_413_and_stores_nothing(tmp_path: Path) -> None:
     app = create_app(Settings(db=str(tmp_path / "o.db"), max_body_bytes=4096))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()])
         before = _dump(client)
         big = [_good()] * 40  # ~20 kB
@@ -233,7 +241,7 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
     app.dependency_overrides[get_settings] = lambda: Settings(
         db=str(tmp_path / "t.db"), token="s3cret"
     )
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()], headers={"Authorization": "Bearer s3cret"})
         before = _dump(client)
         missing = _post(client, [_good()])
@@ -326,14 +334,62 @@ def test_charts_draw_every_view(client: TestClient) -> None:
         assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
 
 
-def test_a_taken_ui_port_fails_fast(tmp_path: Path) -> None:
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
+    """Issue #10.23: every `start_dashboard(ui=True)` leaked the log file's descriptor."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        fds = _open_fds()
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
             start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
         assert time.monotonic() - start < 30  # not the 60 s readiness deadline
+        assert _open_fds() - fds == set()
+
+
+def test_the_loader_does_not_import_the_dashboard() -> None:
+    """Issue #11.4: `loader` (CLI and telemetry included) imports nothing from `dashboard`."""
+    code = "import sys, loader.cli, loader.telemetry, loader.wire; "
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    for path in Path(loader.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] == "dashboard" for n in names), path
+
+
+def test_importing_the_collector_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No app at import: a bad environment only fails when the factory runs."""
+    monkeypatch.setenv("ELASTIC_LOADER_DASHBOARD_KEEP_RUNS", "many")
+    main = importlib.reload(importlib.import_module("dashboard.collector.main"))
+    assert not hasattr(main, "app")
+    with pytest.raises(ValueError, match="ELASTIC_LOADER_DASHBOARD_KEEP_RUNS='many'"):
+        main.create_app()
+
+
+def test_a_missing_dashboard_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "DASHBOARD_ENTRY", "no_such_package.launch")
+    assert cli.main(["dashboard", "--port", "1"]) == 2
+    assert "dashboard is not importable" in capsys.readouterr().err
+
+
+def test_the_dashboard_command_is_forwarded() -> None:
+    """`elastic-loader dashboard ARGS` runs the dashboard's own entry point with ARGS."""
+    for cmd in (["loader.cli", "dashboard"], ["dashboard.launch"]):
+        out = subprocess.run(
+            [sys.executable, "-m", *cmd, "--help"], capture_output=True, text=True, check=True
+        )
+        assert "--ui-port" in out.stdout and "--token" in out.stdout, cmd
 
 
 def test_any_printable_run_id_round_trips(tmp_path: Path) -> None:

@@ -19,11 +19,12 @@ from dashboard.collector.config import Settings
 from dashboard.collector.main import create_app
 from dashboard.collector.views import gpu_labels
 from dashboard.synthetic import SyntheticRun, synthetic_events
+from tests.test_collector import LOCAL
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "s.db")))) as c:
+    with TestClient(create_app(Settings(db=str(tmp_path / "s.db"))), base_url=LOCAL) as c:
         yield c
 
 
