@@ -13,9 +13,11 @@ import math
 from typing import Any
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 GRID_COLS = 64
+LABELS_FROM_PX = 18
 TIME_FORMAT = "%H:%M:%S"
 SILENT = ("stalled", "crashed")
 STATE_COLOURS = {"running": "#2e7d32", "closed": "#1565c0", "stalled": "#f9a825"}
@@ -48,17 +50,12 @@ def _ms(seconds: Any) -> Any:
 def split_frame(owner: list[int], cursors: list[int | None] | None = None) -> pd.DataFrame:
     """One row per split: its grid position, owning rank and (if known) cursor."""
     cols = _cols(len(owner))
-    frame = pd.DataFrame(
-        {
-            "split": range(len(owner)),
-            "rank": owner,
-            "col": [s % cols for s in range(len(owner))],
-            "row": [s // cols for s in range(len(owner))],
-        }
-    )
-    frame["label"] = [f"r{r}" for r in owner]
+    split = np.arange(len(owner))
+    frame = pd.DataFrame({"split": split, "rank": owner, "col": split % cols, "row": split // cols})
+    if cell_px(len(owner)) >= LABELS_FROM_PX:
+        frame["label"] = [f"r{r}" for r in owner]
     if cursors is not None:
-        frame["cursor"] = [c if c is not None else -1 for c in cursors]
+        frame["cursor"] = np.array([-1 if c is None else c for c in cursors], dtype=np.int64)
     return frame
 
 
@@ -90,7 +87,7 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
         .encode(tooltip=tooltip)
     )
     layers: list[Any] = [cells, dead]
-    if cell >= 18:  # labels only where they are legible
+    if cell >= LABELS_FROM_PX:  # labels only where they are legible
         layers.append(base.mark_text(fontSize=9, color="white").encode(text="label:N"))
     step = alt.Step(cell)
     return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
@@ -106,7 +103,7 @@ def progress_grid(progress: dict[str, Any]) -> alt.Chart:
     One layer of S cells (a second layer for the unknown ones doubled the render time)."""
     frame = split_frame(progress["owner"], progress["cursors"])
     per_split = max(1, progress["rows_per_split"])
-    frame["done"] = [c / per_split if c >= 0 else 0.0 for c in frame["cursor"]]
+    frame["done"] = np.maximum(frame["cursor"], 0) / per_split
     cell = cell_px(len(frame))
     colour = alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read")
     title = "cursor per split (share of the split read; grey: not reported yet)"

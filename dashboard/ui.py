@@ -135,9 +135,13 @@ def show(
     chart: alt.Chart | alt.LayerChart, where: DeltaGenerator | None = None, fit: bool = True
 ) -> None:
     """Draw a chart across the page (`fit`) or at its own size (split grids: with
-    `width="stretch"` Streamlit's autosize squeezed their plot area to a strip)."""
-    draw = st.altair_chart if where is None else where.altair_chart
-    draw(chart, width="stretch" if fit else "content")
+    `width="stretch"` Streamlit's autosize squeezed their plot area to a strip).
+
+    The spec is built without Altair's JSON-schema validation (the charts are fixed code,
+    checked once by the tests): at 4,096 splits it halves the page's server time."""
+    spec = chart.to_dict(validate=False)
+    draw = st.vega_lite_chart if where is None else where.vega_lite_chart
+    draw(spec=spec, width="stretch" if fit else "content")
 
 
 def paged(frame: Any, key: str, rows: int = 16) -> Any:

@@ -219,6 +219,7 @@ class LayoutPublic(BaseModel):
 class PlacementPublic(BaseModel):
     run_id: str
     num_splits: int
+    rows_per_split: int
     supported_world_sizes: list[int]
     status: StatusPublic
     current: LayoutPublic

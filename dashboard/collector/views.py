@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dashboard.collector.status import ranks_text, run_status
+from dashboard.collector.status import public, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
 from dashboard.placement import RankRate, owners, stragglers, supported_world_sizes
 
@@ -67,8 +67,9 @@ def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": run["run_id"],
         "num_splits": run["num_splits"],
+        "rows_per_split": run["rows_per_split"],
         "supported_world_sizes": supported_world_sizes(run["num_splits"]),
-        "status": status,
+        "status": public(status),
         "current": _layout(run, run["world_size"], ranks, status),
         "previous": (
             _layout(run, prev, store.ranks(run["run_id"], prev), status) if prev else None

@@ -45,8 +45,7 @@ def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
 def live() -> None:
     run_id = ui.selected_run()
     placement = ui.fetch("placement", run_id) if run_id else None
-    run = ui.fetch("progress", run_id) if run_id else None
-    if placement is None or run is None:
+    if placement is None:
         return
     cur, prev = placement["current"], placement["previous"]
     num_splits = placement["num_splits"]
@@ -63,7 +62,7 @@ def live() -> None:
     else:
         ui.show(now, fit=False)
     st.subheader("Ranks")
-    table = rank_table(cur, run["rows_per_split"])
+    table = rank_table(cur, placement["rows_per_split"])
     if table.empty:
         st.caption("no rank has reported in this world size yet")
     else:
