@@ -53,13 +53,13 @@ def test_checkpoint_save_and_dcp_save_reach_the_timeline(tmp_path: Path) -> None
         checkpoint.save(stale, tmp_path / "stale.json")  # not where the loader is: no event
         for _ in range(3):
             next(it)
-        dcp.save({"loader": dl}, checkpoint_id=str(tmp_path / "dcp"))
+        dcp.save({"loader": dl}, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
         events = wait_until(
             lambda: len(_events(handle.api_url, "ck")) >= 2 and _events(handle.api_url, "ck"),
             30,
             "two checkpoint events",
         )
-        dcp.load({"loader": dl}, checkpoint_id=str(tmp_path / "dcp"))  # a load: no event
+        dcp.load({"loader": dl}, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)  # no event
         dl.close()
         events = _events(handle.api_url, "ck")
     assert [(e["data"]["path"], e["step"]) for e in events] == [
