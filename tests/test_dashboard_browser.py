@@ -28,8 +28,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from dashboard.launch import start_dashboard
-from dashboard.placement import owned_splits
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader.layout import owned_splits
 from loader.telemetry import TelemetryClient
 from tests.net import wait_until
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from dashboard.collector.status import public, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import RankRate, owners, stragglers, supported_world_sizes
+from dashboard.placement import RankRate, owners, stragglers
+from loader.layout import supported_world_sizes
 
 MAX_POINTS = 2000
 STRAGGLER_WINDOW_S = 30.0
