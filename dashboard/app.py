@@ -23,7 +23,8 @@ def _run_picker() -> None:
     """Refreshes the run list every few seconds so a job that just started shows up."""
     listed, _ = ui.runs()
     if not listed:
-        st.caption("no runs" if listed is not None else "collector unreachable")
+        if listed is not None:  # (collector down: the status line says so, once)
+            st.caption("no runs")
         return
     ids = [str(r["run_id"]) for r in listed]
     current = ui.selected_run()

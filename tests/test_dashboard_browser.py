@@ -89,6 +89,7 @@ class LiveRanks:
 @dataclass
 class Live:
     ui_url: str
+    api_url: str
     job: subprocess.Popen[bytes]
     job_dir: Path
 
@@ -109,13 +110,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         before = SyntheticRun(RUN, 8, S, PER_SPLIT, 40, now - 60, checkpoint_every=20)
         resume = SyntheticRun(RUN, W, S, PER_SPLIT, 0, now - 15, world_size_before=8)
         finished = SyntheticRun("finished-run", 4, S, 2000, 8, now - 40, closed=True)
-        big = SyntheticRun("big-run", 1024, 4096, 1000, 20, now - 20, slow_rank=17)
         odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100)
-        for run in (before, resume, finished, big, odd):
+        for run in (before, resume, finished, odd):
             post_events(api, synthetic_events(run))
         ranks = LiveRanks(api)
         try:
-            yield Live(handle.ui_url or "", job, tmp)
+            yield Live(handle.ui_url or "", api, job, tmp)
         finally:
             ranks.stop()
             job.kill()
@@ -220,6 +220,9 @@ def _ready_after(page: Page, action: Callable[[], Any], charts: int, text: str) 
 
 
 def test_1024_ranks_render_within_the_budget(live: Live, page: Page) -> None:
+    # Its last reports a few seconds ahead: still running when the picture is taken.
+    big = SyntheticRun("big-run", 1024, 4096, 1000, 20, time.time() - 17, slow_rank=17)
+    post_events(live.api_url, synthetic_events(big))
     page.goto(live.url("", "big-run"))
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=60_000)
     _shot(page, "dashboard-1024.png")
