@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             base = f"{url}/api/runs/hour"
             queries = {
                 "runs": f"{url}/api/runs",
+                "status": f"{base}/status",
                 "placement": f"{base}/placement",
                 "progress": f"{base}/progress",
                 "throughput, last 5 min, 120 points": f"{base}/throughput?window_s=300",

@@ -7,6 +7,7 @@ view must agree with the contract's placement and with the models published in O
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import os
 import signal
@@ -70,9 +71,11 @@ def _dump(client: TestClient) -> list[Any]:
     return [(t, [tuple(r) for r in store.query(f"SELECT * FROM {t}")]) for t in sorted(tables)]
 
 
-def _ingest_resumed_run(client: TestClient) -> None:
+def _ingest_resumed_run(client: TestClient, t0: float = T0) -> None:
+    """BEFORE then AFTER, shifted to start at `t0` (now - 51: AFTER's ranks are live)."""
     for run in (BEFORE, AFTER):
-        assert _post(client, synthetic_events(run)).status_code == 202
+        shifted = dataclasses.replace(run, start_ts=run.start_ts - T0 + t0)
+        assert _post(client, synthetic_events(shifted)).status_code == 202
 
 
 def _good() -> dict[str, Any]:
@@ -96,7 +99,7 @@ def test_stragglers_name_the_rank_that_waits() -> None:
 
 
 def test_views_of_a_resumed_run(client: TestClient) -> None:
-    _ingest_resumed_run(client)
+    _ingest_resumed_run(client, time.time() - 51)
     runs = client.get("/api/runs").json()
     assert runs["count"] == 1
     run = runs["data"][0]
@@ -119,13 +122,23 @@ def test_views_of_a_resumed_run(client: TestClient) -> None:
         assert max(cursors[lo : lo + 12]) - min(cursors[lo : lo + 12]) <= 1
     assert progress["eta_s"] == pytest.approx((48 * 20_000 - 4 * rows_per_rank) / 8000)
 
-    labels = [item["label"] for item in client.get("/api/runs/job/timeline").json()["data"]]
+    assert progress["state"] == "running" and progress["epoch_pct"] == pytest.approx(
+        100 * rows_per_rank / 12 / 20_000
+    )
+
+    timeline = client.get("/api/runs/job/timeline").json()["data"]
+    labels = [item["label"] for item in timeline]
     assert "resumed: W 8 → 4 at step 1,875" in labels
     assert "checkpoint saved (W 8) at step 625" in labels
+    saved = next(i for i in timeline if i["label"] == "checkpoint saved (W 8) at step 625")
+    assert saved["path"] == "checkpoints/step-000625.json"
 
     tp = client.get("/api/runs/job/throughput", params={"window_s": 15}).json()
     assert [s["rank"] for s in tp["stragglers"]] == [2]
-    assert {s["rank"] for s in tp["data"]} == {0, 1, 2, 3}
+    assert tp["input"]["bound"] == [2] and tp["input"]["verdict"] == "input-bound on rank 2"
+    assert [s["rank"] for s in tp["slowest"]][:1] != [] and all(
+        p["ranks"] == 4 and p["min"] <= p["median"] <= p["max"] for p in tp["band"]
+    )
 
 
 def test_responses_match_the_published_models(client: TestClient) -> None:
@@ -154,9 +167,9 @@ def test_throughput_is_downsampled(client: TestClient) -> None:
         tp = client.get("/api/runs/job/throughput", params={"window_s": window, "points": points})
         body = tp.json()
         assert body["bucket_s"] == bucket
-        per_rank = max(sum(1 for s in body["data"] if s["rank"] == r) for r in range(8))
-        assert per_rank <= points + 1
-        assert all(abs(s["rows_per_s"] - 2000) < 1e-6 for s in body["data"])
+        assert len(body["band"]) <= points + 1
+        for p in body["band"]:
+            assert abs(p["median"] - 2000) < 1e-6 and abs(p["min"] - p["max"]) < 1e-6
 
 
 def _bad(field: str, value: Any) -> dict[str, Any]:
@@ -291,15 +304,15 @@ def test_charts_draw_every_view(client: TestClient) -> None:
     _post(client, synthetic_events(resumed))  # the resume is known, no W = 4 rank reported yet
     placement = client.get("/api/runs/job/placement").json()
     progress = client.get("/api/runs/job/progress").json()
-    samples = client.get("/api/runs/job/throughput").json()["data"]
+    throughput = client.get("/api/runs/job/throughput").json()
     timeline = client.get("/api/runs/job/timeline").json()["data"]
     assert placement["current"]["ranks"] == [] and progress["cursors"] == [None] * 48
     specs = [
         charts.placement_grid(placement["current"], 48, "now"),
         charts.placement_grid(placement["previous"], 48, "before"),
         charts.progress_grid(progress),
-        charts.series_chart(samples, "rows_per_s", "rows/s"),
-        charts.series_chart([], "wait_per_step_s", "wait"),
+        charts.band_chart(throughput["band"], "rows/s"),
+        charts.band_chart([], "rows/s"),
         charts.timeline_chart(timeline),
     ]
     for spec in specs:

@@ -76,6 +76,9 @@ class EventIn(BaseModel):
     batch_size: NonNeg | None = None
     epoch: NonNeg | None = None
     step: NonNeg | None = None
+    global_step: NonNeg | None = None
+    total_epochs: NonNeg | None = None
+    total_steps: NonNeg | None = None
     splits: Annotated[list[NonNeg], Field(min_length=2, max_length=2)] | None = None
     cursors: Annotated[list[NonNeg], Field(max_length=MAX_CURSORS)] | None = None
     rows: NonNeg = 0
@@ -151,6 +154,8 @@ class RunPublic(BaseModel):
     num_splits: int
     rows_per_split: int
     batch_size: int | None
+    total_epochs: int | None
+    total_steps: int | None
     ranks: int
     events: int
 
@@ -160,18 +165,47 @@ class RunsPublic(BaseModel):
     count: int
 
 
+class RankStatePublic(BaseModel):
+    """running, stalled, crashed or closed; `silent_s` since its last report."""
+
+    rank: int
+    state: str
+    silent_s: float
+    last_ts: float
+    global_step: int | None
+
+
+class StatusPublic(BaseModel):
+    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
+    lists the silent ranks (worst first, at most 64), `counts` all of them by state."""
+
+    state: str
+    resumed: bool
+    now: float
+    last_ts: float
+    counts: dict[str, int]
+    missing: int
+    ranks: list[RankStatePublic]
+    headline: str
+
+
 class RankPublic(BaseModel):
     rank: int
     host: str
     local_rank: int
+    gpu: int
     num_workers: int
     world_size: int
     splits: list[int]
     cursors: list[int] | None
     epoch: int | None
     step: int | None
+    global_step: int | None
+    interval_s: float | None
     rows_per_s: float
     ts: float
+    state: str
+    silent_s: float | None
 
 
 class LayoutPublic(BaseModel):
@@ -185,7 +219,9 @@ class LayoutPublic(BaseModel):
 class PlacementPublic(BaseModel):
     run_id: str
     num_splits: int
+    rows_per_split: int
     supported_world_sizes: list[int]
+    status: StatusPublic
     current: LayoutPublic
     previous: LayoutPublic | None
 
@@ -194,14 +230,32 @@ class RankProgressPublic(BaseModel):
     rank: int
     epoch: int | None
     step: int | None
+    global_step: int | None
+    state: str
+    rows_per_s: float
     rows_done: int
     rows_total: int
     pct: float
 
 
+class JobProgressPublic(BaseModel):
+    """The job as a whole, when it stated `total_epochs` or `total_steps`."""
+
+    total_epochs: int | None
+    total_steps: int | None
+    pct: float | None
+    eta_s: float | None
+    label: str | None
+
+
 class ProgressPublic(BaseModel):
+    """`epoch_pct` is the per-rank bars' total, computed from the same read."""
+
     run_id: str
+    state: str
     epoch: int | None
+    global_step: int | None
+    job: JobProgressPublic
     rows_per_split: int
     cursors: list[int | None]
     owner: list[int]
@@ -213,12 +267,37 @@ class ProgressPublic(BaseModel):
     ranks: list[RankProgressPublic]
 
 
-class SamplePublic(BaseModel):
-    rank: int
+class BandPointPublic(BaseModel):
+    """Rows/s across the ranks that reported in one bucket; a new `segment` after a gap."""
+
     t: float
+    segment: int
+    ranks: int
+    median: float
+    min: float
+    max: float
+    wait_median: float
+    wait_max: float
+
+
+class RankWindowPublic(BaseModel):
+    rank: int
     rows_per_s: float
-    wait_per_step_s: float
-    stall_frac: float
+    wait_share: float
+
+
+class RankWaitPublic(BaseModel):
+    rank: int
+    wait_share: float
+
+
+class InputBoundPublic(BaseModel):
+    """Share of step time the training loop waited for data: median rank, worst ranks."""
+
+    job_share: float | None
+    ranks: list[RankWaitPublic]
+    bound: list[int]
+    verdict: str
 
 
 class StragglerPublic(BaseModel):
@@ -231,9 +310,11 @@ class StragglerPublic(BaseModel):
 class ThroughputPublic(BaseModel):
     run_id: str
     bucket_s: float
-    data: list[SamplePublic]
+    band: list[BandPointPublic]
     count: int
+    slowest: list[RankWindowPublic]
     stragglers: list[StragglerPublic]
+    input: InputBoundPublic
 
 
 class EventPublic(BaseModel):
@@ -243,6 +324,7 @@ class EventPublic(BaseModel):
     world_size: int
     epoch: int | None
     step: int | None
+    global_step: int | None
     data: dict[str, Scalar | list[int]]
 
 
@@ -256,10 +338,12 @@ class TimelineItemPublic(BaseModel):
 
     kind: str
     ts: float
+    end_ts: float | None
     epoch: int | None
     step: int | None
     world_size: int
     world_size_before: int | None
+    path: Scalar
     ranks: int
     label: str
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from dashboard.collector import views
+from dashboard.collector import status, views
 from dashboard.collector.deps import RUN_ERRORS, TOKEN_ERRORS, RunDep, StoreDep, TokenDep
 from dashboard.collector.models import (
     EventsPublic,
@@ -19,6 +19,7 @@ from dashboard.collector.models import (
     ProgressPublic,
     RunPublic,
     RunsPublic,
+    StatusPublic,
     ThroughputPublic,
     TimelinePublic,
 )
@@ -45,6 +46,11 @@ def list_runs(store: StoreDep) -> Response:
 @router.get("/{run_id}", response_model=RunPublic, responses=RUN_ERRORS)
 def get_run(run: RunDep) -> Response:
     return _json(run)
+
+
+@router.get("/{run_id}/status", response_model=StatusPublic, responses=RUN_ERRORS)
+def get_status(run: RunDep, store: StoreDep) -> Response:
+    return _json(status.public(status.run_status(store, run)))
 
 
 @router.get("/{run_id}/placement", response_model=PlacementPublic, responses=RUN_ERRORS)
