@@ -22,7 +22,7 @@ from loader.layout import check_world_size, owned_splits
 from loader.plan import PlanSpec
 from loader.progress import ROWS, Batching, Progress
 from loader.reader import ON_ERROR, BatchReader, OnError
-from loader.sources import ResolvedSource, resolve_source
+from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.world import World, agree_with_rank0, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
@@ -219,7 +219,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         rebuilt on exactly the rows the saved run was reading. A dataset built with
         `shuffle_seed=None` adopts the state's seed.
         """
-        st.check_header(state)
+        st.check_state(state)
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
@@ -227,7 +227,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             resolved, plan = self._resolve(saved_version, seed)
         elif seed != plan.shuffle_seed:
             plan = self._plan_on(resolved, seed)
-        st.check_source(state, resolved.spec.identity(), self.allow_source_change)
+        saved_source = state[st.KEY_SOURCE]
+        st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
         fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
         if not self.allow_source_change:
             fields.append("num_rows")
