@@ -184,3 +184,22 @@ def test_workers_fork_with_the_plan_kernels_already_loaded(arrow_rows: Any) -> N
         ds, batch_size=100, num_workers=1, worker_init_fn=_require_warm_kernels
     )
     assert sorted(i for b in dl for i in b["id"].tolist()) == list(range(600))
+
+
+@pytest.mark.parametrize(
+    ("source", "guarded"),
+    [
+        ('x = 1\nif __name__ == "__main__":\n    main()\n', {3}),
+        ('if "__main__" == __name__:\n    a()\n    b()\nelse:\n    c()\n', {2, 3}),
+        ('if __name__ != "__main__":\n    a()\n', set()),
+    ],
+)
+def test_which_lines_of_a_script_are_guarded(
+    tmp_path: Path, source: str, guarded: set[int]
+) -> None:
+    from loader.mainguard import _guarded_blocks
+
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    lines = {n for first, last in _guarded_blocks(str(script)) for n in range(first, last + 1)}
+    assert lines == guarded
