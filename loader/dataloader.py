@@ -119,7 +119,8 @@ class StreamingDataLoader(DataLoader[Any]):
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
         data_timeout_s: with workers, the longest this rank waits for one read from them
-            (default 600 s; None: forever). Past it the workers are killed and the loop
+            (default 600 s; None: forever; read when an iteration starts, and the first
+            read includes starting the workers). Past it the workers are killed and the loop
             raises `DataWaitTimeout` naming them (within about 5 s more: torch's status-check
             interval), so a stopped or stuck worker fails the rank instead of hanging it.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
