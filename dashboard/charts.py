@@ -76,8 +76,11 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     cells = base.mark_rect(**_stroke(cell)).encode(
         color=alt.Color(
             "rank:Q",
-            scale=alt.Scale(scheme="turbo", domain=[0, world]),
-            legend=alt.Legend(orient="bottom", title="rank", gradientLength=300),
+            # turbo without its near-black ends: dark means "silent" on this grid
+            scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
+            legend=alt.Legend(
+                orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
+            ),
         ),
         tooltip=tooltip,
     )

@@ -221,7 +221,9 @@ def _ready_after(page: Page, action: Callable[[], Any], charts: int, text: str) 
 
 def test_1024_ranks_render_within_the_budget(live: Live, page: Page) -> None:
     # Its last reports a few seconds ahead: still running when the picture is taken.
-    big = SyntheticRun("big-run", 1024, 4096, 1000, 20, time.time() - 17, slow_rank=17)
+    big = SyntheticRun(
+        "big-run", 1024, 4096, 1000, 20, time.time() - 17, slow_rank=17, checkpoint_every=10
+    )
     post_events(live.api_url, synthetic_events(big))
     page.goto(live.url("", "big-run"))
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=60_000)
