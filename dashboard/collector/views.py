@@ -345,5 +345,6 @@ def _label(kind: str, epoch: int | None, step: int | None, world: int, before: i
     if kind == "checkpoint_saved":
         return f"checkpoint saved (W {world}){at}"
     if kind == "epoch_end":
-        return f"epoch {epoch} ended{at}" if epoch is not None else f"epoch ended{at}"
+        # counted from 1 on the pages, as in "epoch 3 of 3" (the loader's epoch 0 is epoch 1)
+        return f"epoch {epoch + 1} ended{at}" if epoch is not None else f"epoch ended{at}"
     return f"{kind.replace('_', ' ')}{at}"

@@ -17,7 +17,7 @@ def _headline(progress: dict[str, Any]) -> None:
     state, epoch, pct, rate, eta, job_eta = st.columns(6)
     state.metric("state", progress["state"])
     epoch_label = job["label"] or (
-        f"epoch {progress['epoch']}" if progress["epoch"] is not None else "—"
+        f"epoch {progress['epoch'] + 1}" if progress["epoch"] is not None else "—"
     )
     epoch.metric("position", epoch_label)
     pct.metric("epoch read", f"{progress['epoch_pct']:.1f}%")
