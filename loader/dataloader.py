@@ -370,9 +370,8 @@ class StreamingDataLoader(DataLoader[Any]):
             **job_length(total_epochs, total_steps),
         }
         client = TelemetryClient.from_settings(url, run_id, static)
-        if client is not None:  # a weak reference: the client must not keep the loader alive
-            snapshot = weakref.WeakMethod(self._snapshot)
-            client.set_snapshot(lambda: (snapshot() or dict)())
+        if client is not None:  # held weakly: a collected loader ends its client (`closed`)
+            client.set_snapshot(self._snapshot)
         return client
 
     def _snapshot(self) -> dict[str, Any]:

@@ -178,6 +178,17 @@ def _field(value: Any) -> Any:
     return str(value)
 
 
+def _reason(exc: BaseException) -> str:
+    """What went wrong, with the collector's own explanation of a 4xx when it gave one."""
+    if not isinstance(exc, urllib.error.HTTPError) or exc.fp is None:
+        return str(exc)
+    try:
+        detail = orjson.loads(exc.read(4096)).get("detail")
+    except Exception:  # not our collector's JSON: the status line says enough
+        return str(exc)
+    return f"{exc}: {detail}" if isinstance(detail, str) else str(exc)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Refuse every redirect: following one would re-send the bearer token elsewhere."""
 
@@ -458,7 +469,7 @@ class TelemetryClient:
         if not self._warned:
             self._warned = True
             warnings.warn(
-                f"elastic-loader telemetry: cannot reach {self.endpoint} ({exc}); "
+                f"elastic-loader telemetry: cannot reach {self.endpoint} ({_reason(exc)}); "
                 "dropping events from now on, training continues",
                 TelemetryWarning,
                 stacklevel=2,

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dashboard.collector.config import ENV_DB, ENV_HOST, ENV_TOKEN, Settings
+from dashboard.collector.guard import Guard
 from dashboard.collector.main import create_app
 from dashboard.collector.models import EventIn
 from dashboard.collector.store import Retention, Store
@@ -365,3 +366,20 @@ def test_any_accepted_event_keeps_the_views_answering(
     with TestClient(create_app(Settings(db=str(db))), base_url=LOCAL) as client:
         assert _post(client, [event]).status_code == 202
         _views_answer(client, "p")
+
+
+@pytest.mark.parametrize(
+    ("server", "allowed"),
+    [
+        (("127.0.0.1", 8765), True),
+        (("::ffff:127.0.0.1", 8765), True),  # IPv4 client of a dual-stack socket
+        (("127.0.0.2", 8765), False),
+        (("10.1.2.3", 8765), False),  # what a remote client of a 0.0.0.0 bind arrives on
+        (("::1", 8765), False),
+        (None, True),  # a unix socket: reachable only through the file system
+    ],
+)
+def test_the_guard_reads_the_socket_address(server: Any, allowed: bool) -> None:
+    guard = Guard(Settings(db="unused.db"))
+    assert guard.address_allowed(server) is allowed
+    assert Guard(Settings(db="unused.db", host="0.0.0.0", token="t")).address_allowed(server)

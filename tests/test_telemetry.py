@@ -287,12 +287,11 @@ def test_close_sends_a_closed_event(collector: DashboardHandle) -> None:
 
 
 EXITING_RANK = """
-import sys, time
+import sys
 from loader.telemetry import TelemetryClient
 static = {static!r}
 for url in sys.argv[2:]:
     TelemetryClient(url, sys.argv[1], static, interval_s=0.05, timeout_s=2.0)
-time.sleep(0.3)  # let every client start a send (the silent ones then hang in it)
 print("exiting", flush=True)
 """
 
@@ -316,3 +315,32 @@ def test_exit_is_bounded_across_clients_and_sends_closed(
     assert time.monotonic() - start < 4.0  # the 2 s budget plus interpreter teardown
     [closed] = _get(collector.api_url + "/api/runs/run-x/events?kind=closed")["data"]
     assert closed["data"] == {"reason": "exit"}
+
+
+def test_the_warning_says_why_the_collector_refused(collector: DashboardHandle) -> None:
+    """A run id reused with another S is refused (409): the one warning says what to do."""
+    first = TelemetryClient(collector.api_url, "run-s", STATIC, interval_s=60, timeout_s=10)
+    first.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other = {**STATIC, "num_splits": 16}
+        second = TelemetryClient(collector.api_url, "run-s", other, interval_s=60, timeout_s=10)
+        second.close()
+    [warning] = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+    assert "409" in str(warning.message) and "ELASTIC_LOADER_RUN_ID" in str(warning.message)
+
+
+def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
+    """Issue #14.1: a loader that is garbage-collected is finished, not crashed: `closed`."""
+    from loader import StreamingDataLoader, StreamingDataset
+    from tests.tables import make_rows
+
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=1)
+    loader = StreamingDataLoader(ds, batch_size=16, telemetry=collector.api_url, run_id="run-gc")
+    assert len(list(loader)) == 4
+    client = loader._telemetry
+    del loader
+    gc.collect()
+    url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
+    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
+    _wait_until(lambda: not client._thread.is_alive())  # and its sender has ended

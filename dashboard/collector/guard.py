@@ -28,10 +28,13 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address, IPv4-mapped IPv6 (a dual-stack socket's view of IPv4) as IPv4; or None."""
     try:
-        return ipaddress.ip_address(text)
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
         return None
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return mapped or ip
 
 
 def host_name(header: str) -> str:
@@ -58,12 +61,12 @@ class Guard:
         names = set(LOOPBACK_NAMES) | {host} | set(settings.allowed_hosts)
         if self.wildcard:
             names.add(socket.gethostname().lower())
-        self.names = frozenset(names)
+        self.names = frozenset(names - {""})  # a request without a Host is never one of ours
 
     def address_allowed(self, server: tuple[str, int] | None) -> bool:
         if self.token or server is None:  # a token guards the API; a unix socket is local
             return True
-        return _ip(str(server[0]).split("%", 1)[0]) in self.local_addresses
+        return _ip(str(server[0])) in self.local_addresses
 
     def host_allowed(self, header: str) -> bool:
         name = host_name(header)
