@@ -86,6 +86,13 @@ class LiveRanks:
             client.close()
 
 
+def _odd(event: dict[str, Any]) -> dict[str, Any]:
+    """Markdown where a user's strings go: the host and a checkpoint's path."""
+    if event["kind"] == "checkpoint_saved":
+        event["data"]["path"] = "![path](pixel.png)"
+    return event | {"host": "![host](pixel.png)"}
+
+
 @dataclass
 class Live:
     ui_url: str
@@ -110,9 +117,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         before = SyntheticRun(RUN, 8, S, PER_SPLIT, 40, now - 60, checkpoint_every=20)
         resume = SyntheticRun(RUN, W, S, PER_SPLIT, 0, now - 15, world_size_before=8)
         finished = SyntheticRun("finished-run", 4, S, 2000, 8, now - 40, closed=True)
-        odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100)
-        for run in (before, resume, finished, odd):
+        for run in (before, resume, finished):
             post_events(api, synthetic_events(run))
+        odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100, checkpoint_every=1)
+        post_events(api, (_odd(e) for e in synthetic_events(odd)))
         ranks = LiveRanks(api)
         try:
             yield Live(handle.ui_url or "", api, job, tmp)
@@ -256,6 +264,9 @@ def test_a_run_id_is_text_not_markdown(live: Live, page: Page) -> None:
     )
     page.goto(live.url("", ODD_RUN))
     expect(page.get_by_text(ODD_RUN).first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("![host](pixel.png)").first).to_be_visible(timeout=30_000)
+    page.goto(live.url("timeline", ODD_RUN))
+    expect(page.get_by_text("![path](pixel.png)").first).to_be_visible(timeout=30_000)
     page.goto(live.url("", "no-such-run"))
     expect(page.get_by_text("Run “no-such-run” is not on this collector")).to_be_visible(
         timeout=30_000

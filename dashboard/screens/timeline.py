@@ -24,7 +24,7 @@ def live() -> None:
             "time (UTC)": [ui.clock(i["ts"]) for i in items],
             "event": [i["label"] for i in items],
             "global step": [f"{i['step']:,}" if i["step"] is not None else "—" for i in items],
-            "checkpoint": [i["path"] or "—" for i in items],
+            "checkpoint": [ui.plain(i["path"]) if i["path"] else "—" for i in items],
             "ranks": [i["ranks"] or "—" for i in items],
         }
     )
