@@ -402,7 +402,7 @@ class Store:
         of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
         rows = self.query(
             "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
-            "data, count(*) AS ranks FROM events WHERE run_id = ? AND kind != ? "
+            "data, count(DISTINCT rank) AS ranks FROM events WHERE run_id = ? AND kind != ? "
             "GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
             run_id,
             CLOSED,
