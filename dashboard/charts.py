@@ -217,9 +217,10 @@ def wait_chart(band: list[dict[str, Any]]) -> alt.Chart:
     )
 
 
-def timeline_chart(items: list[dict[str, Any]]) -> alt.LayerChart:
-    """Checkpoints, resumes, epoch ends, outages (shaded spans) and a crash on a time axis;
-    labels are in the tooltip and the table below (on the chart they smear together)."""
+def timeline_chart(items: list[dict[str, Any]], by_step: bool = False) -> alt.LayerChart:
+    """Checkpoints, resumes, epoch ends, outages (shaded spans) and a crash on a time axis,
+    or (`by_step`) on the global-step axis, where outages, which have no step, are left out.
+    Labels are in the tooltip and the table below (on the chart they smear together)."""
     frame = pd.DataFrame(items)
     frame["time"] = _ms(frame["ts"])
     frame["end"] = _ms(frame["end_ts"].fillna(frame["ts"]))
@@ -230,14 +231,18 @@ def timeline_chart(items: list[dict[str, Any]]) -> alt.LayerChart:
         alt.Tooltip("step:Q", title="global step", format=","),
         "ranks:Q",
     ]
-    base = alt.Chart(frame).encode(x=_time_x(), tooltip=tooltip)
-    spans = (
-        base.transform_filter("datum.kind == 'outage'")
-        .mark_rect(color="#c62828", opacity=0.15)
-        .encode(x2="end:T")
+    x = alt.X("step:Q", title="global step", axis=alt.Axis(format=",d")) if by_step else _time_x()
+    base = alt.Chart(frame).encode(x=x, tooltip=tooltip)
+    points = base.transform_filter(
+        "datum.kind != 'outage' && isValid(datum.step)" if by_step else "datum.kind != 'outage'"
     )
-    points = base.transform_filter("datum.kind != 'outage'").mark_point(size=140, filled=True)
-    points = points.encode(y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None))
-    return alt.LayerChart(layer=[spans, points]).properties(
-        height=60 + 40 * frame["what"].nunique()
+    points = points.mark_point(size=140, filled=True).encode(
+        y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None)
     )
+    layers: list[Any] = [points]
+    if not by_step:
+        spans = base.transform_filter("datum.kind == 'outage'").mark_rect(
+            color="#c62828", opacity=0.15
+        )
+        layers.insert(0, spans.encode(x2="end:T"))
+    return alt.LayerChart(layer=layers).properties(height=60 + 40 * frame["what"].nunique())
