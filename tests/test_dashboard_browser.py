@@ -5,7 +5,7 @@ crashed and 1,024-rank runs. One collector + Streamlit server and one browser fo
   W = 8 stretch and a resume; rank 3 waits for data.
 - `ckpt-crash`: a real one-rank training job (`tests/dash_job.py`) that saves a checkpoint
   through `loader.checkpoint.save` and is then SIGKILLed.
-- `finished-run`: synthetic, every rank sent `closed` after its last epoch.
+- `finished-run`: a real one-rank job that states `total_epochs=1`, reads it and exits.
 - `big-run`: synthetic, 1,024 ranks over 4,096 splits.
 Screenshots land in `tests/artifacts/` (git-ignored).
 """
@@ -98,6 +98,7 @@ class Live:
     ui_url: str
     api_url: str
     job: subprocess.Popen[bytes]
+    finishing: subprocess.Popen[bytes]
     job_dir: Path
 
     def url(self, page: str, run: str) -> str:
@@ -109,25 +110,28 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("browser")
     with start_dashboard(port=0, ui_port=0, db=str(tmp / "d.db")) as handle:
         api = handle.api_url
-        job = subprocess.Popen(
-            [sys.executable, "-m", "tests.dash_job", str(tmp), api, "ckpt-crash"],
-            cwd=Path(__file__).parent.parent,
+        job, done = (
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.dash_job", mode, str(tmp), api, run_id],
+                cwd=Path(__file__).parent.parent,
+            )
+            for mode, run_id in (("crash", "ckpt-crash"), ("finish", "finished-run"))
         )
         now = time.time()
         before = SyntheticRun(RUN, 8, S, PER_SPLIT, 40, now - 60, checkpoint_every=20)
         resume = SyntheticRun(RUN, W, S, PER_SPLIT, 0, now - 15, world_size_before=8)
-        finished = SyntheticRun("finished-run", 4, S, 2000, 8, now - 40, closed=True)
-        for run in (before, resume, finished):
+        for run in (before, resume):
             post_events(api, synthetic_events(run))
         odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100, checkpoint_every=1)
         post_events(api, (_odd(e) for e in synthetic_events(odd)))
         ranks = LiveRanks(api)
         try:
-            yield Live(handle.ui_url or "", api, job, tmp)
+            yield Live(handle.ui_url or "", api, job, done, tmp)
         finally:
             ranks.stop()
-            job.kill()
-            job.wait(10)
+            for proc in (job, done):
+                proc.kill()
+                proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -192,10 +196,12 @@ def test_throughput_names_the_rank_waiting_for_data(live: Live, page: Page) -> N
     expect(page.get_by_test_id("stTable").first).not_to_contain_text("stall_frac")
 
 
-def test_finished_run_reads_finished(live: Live, page: Page) -> None:
+def test_a_job_that_ends_reads_finished(live: Live, page: Page) -> None:
+    assert live.finishing.wait(120) == 0  # a real one-rank job read its one epoch and exited
     page.goto(live.url("progress", "finished-run"))
-    expect(page.get_by_text("Finished: all 4 ranks closed")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Finished: the rank closed")).to_be_visible(timeout=30_000)
     expect(page.get_by_test_id("stMetricValue").filter(has_text="done").first).to_be_visible()
+    expect(page.get_by_test_id("stMetricValue").filter(has_text="epoch 1 of 1")).to_be_visible()
 
 
 def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(

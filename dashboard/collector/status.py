@@ -116,8 +116,9 @@ def headline(
         )
         verb = "stopped reporting without closing" if state == "crashed" else "not reporting"
         return f"{state.capitalize()}: {who} {verb}, silent for {silent:,.0f} s"
+    every = "the rank" if len(ranks) == 1 else f"all {len(ranks):,} ranks"
     if state == "finished":
-        return f"Finished: all {len(ranks)} ranks closed"
+        return f"Finished: {every} closed"
     if state == "stopped":
-        return f"Stopped: all {len(ranks)} ranks closed before the job's stated end"
+        return f"Stopped: {every} closed before the job's stated end"
     return f"Running: {counts['running']:,} of {world_size:,} ranks reporting"
