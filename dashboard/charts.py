@@ -169,9 +169,12 @@ def rank_bars(ranks: list[dict[str, Any]]) -> alt.Chart:
     )
 
 
-def band_chart(band: list[dict[str, Any]], title: str) -> alt.LayerChart:
+def band_chart(
+    band: list[dict[str, Any]], title: str, crashed_at: float | None = None
+) -> alt.LayerChart:
     """Rows/s across ranks per time bucket: min-max band and median line; each `segment`
-    is drawn apart, so an outage is a gap, not a straight line across it."""
+    is drawn apart, so an outage is a gap, not a straight line across it; a red rule where
+    the run crashed."""
     frame = pd.DataFrame(band or [{"t": 0.0, "segment": 0, "median": 0.0, "min": 0.0, "max": 0.0}])
     frame["time"] = _ms(frame["t"])
     base = alt.Chart(frame).encode(x=_time_x(), detail="segment:N")
@@ -187,8 +190,13 @@ def band_chart(band: list[dict[str, Any]], title: str) -> alt.LayerChart:
     line = base.mark_line(color="#0d47a1", point=len(frame) < 60).encode(
         y="median:Q", tooltip=tooltip
     )
+    layers: list[Any] = [area, line]
+    if crashed_at is not None:
+        crash = pd.DataFrame({"time": [_ms(crashed_at)], "what": ["crash: last report"]})
+        rule = alt.Chart(crash).mark_rule(color="#c62828", strokeWidth=2, strokeDash=[4, 3])
+        layers.append(rule.encode(x=_time_x(), tooltip=["what:N"]))
     chart_title = f"{title}: median across ranks, band from the slowest to the fastest"
-    return alt.LayerChart(layer=[area, line], title=chart_title).properties(height=240)
+    return alt.LayerChart(layer=layers, title=chart_title).properties(height=240)
 
 
 def wait_chart(band: list[dict[str, Any]]) -> alt.Chart:

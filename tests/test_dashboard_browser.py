@@ -215,6 +215,9 @@ def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=10_000)
     expect(page.get_by_test_id("stException")).to_have_count(0)
     _shot(page, "dashboard-crashed.png")
+    page.get_by_test_id("stSidebarNav").get_by_text("Throughput", exact=True).click()
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(2, timeout=30_000)
+    expect(page.get_by_test_id("stException")).to_have_count(0)
 
 
 def _ready_after(page: Page, action: Callable[[], Any], charts: int, text: str) -> float:

@@ -70,6 +70,8 @@ def test_states_from_heartbeats(client: TestClient) -> None:
     last_step = 20 * 2000 // 32
     labels = [i["label"] for i in _get(client, "crashed", "timeline")["data"]]
     assert f"crashed: every rank stopped reporting after step {last_step:,}" in labels
+    assert _get(client, "crashed", "throughput")["crashed_at"] == pytest.approx(now - 40, abs=1)
+    assert _get(client, "live", "throughput")["crashed_at"] is None
     placement = _get(client, "crashed", "placement")
     assert {r["state"] for r in placement["current"]["ranks"]} == {"crashed"}
 

@@ -184,8 +184,11 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
     band = {p["t"]: p for p in _band(store.series(run["run_id"], fresh_from, bucket))}
     points_in = sorted({**settled, **band}.items())
     recent = _recent(store, run)
+    status = run_status(store, run)
+    silent = [r["last_ts"] for r in status["ranks"] if r["state"] == "crashed"]
     return {
         "run_id": run["run_id"],
+        "crashed_at": max(silent) if silent else None,
         "bucket_s": float(bucket),
         "band": _segments([p for _, p in points_in], bucket),
         "count": len(points_in),
