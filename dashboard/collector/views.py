@@ -21,7 +21,7 @@ from loader.layout import supported_world_sizes
 MAX_POINTS = 2000
 STRAGGLER_WINDOW_S = 30.0
 SAMPLE_BUDGET = 40_000  # per-second sample rows one throughput query may group
-SETTLED_S = 60.0  # buckets this much older than the last report are final (and cached)
+SETTLED_S = 30.0  # buckets this much older than the last report are final (and cached)
 _SETTLED: dict[tuple[Any, ...], dict[str, Any]] = {}
 SLOWEST = 5
 INPUT_BOUND = 0.10  # a loop that waits for data this share of its step time is input-bound
