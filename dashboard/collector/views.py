@@ -173,7 +173,7 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
     line is drawn across an outage. Buckets grow to the 10 s rollup when the window's
     per-second samples would exceed `SAMPLE_BUDGET` rows, and buckets older than
     `SETTLED_S` are computed once and kept (`_settled`): each refresh reads only the last
-    minute, which keeps the query under 50 ms at 1,024 ranks.
+    half minute, which keeps the query under 50 ms at 1,024 ranks.
     """
     since = run["last_ts"] - window_s
     bucket = _bucket_s(window_s, points)
