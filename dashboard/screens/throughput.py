@@ -60,4 +60,4 @@ def live(window_s: int) -> None:
 
 st.header("Throughput")
 choice = st.radio("window", list(WINDOWS), horizontal=True, label_visibility="collapsed")
-live(WINDOWS[choice])
+live(WINDOWS[choice or next(iter(WINDOWS))])
