@@ -295,8 +295,10 @@ class StreamingDataLoader(DataLoader[Any]):
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
         state = self.streaming_dataset.make_state(self._batching)
-        if self._telemetry is not None:
-            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        if self._telemetry is not None:  # a DCP save shows on the dashboard's timeline
+            from loader.telemetry_checkpoints import state_taken
+
+            state_taken(self._telemetry, state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
