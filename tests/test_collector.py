@@ -32,11 +32,12 @@ from dashboard.collector import models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
-from dashboard.launch import free_port, run_dashboard, start_dashboard
+from dashboard.launch import run_dashboard, start_dashboard
 from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from loader import cli
 from loader.layout import owned_splits, supported_world_sizes
+from tests.net import free_port
 
 # Two hours ago on a whole hour: recent enough for the collector's clock window.
 T0 = float(int(time.time()) // 3600 * 3600 - 7200)
