@@ -119,9 +119,7 @@ class StreamingDataLoader(DataLoader[Any]):
         # `for` loops over the same epoch, or the run a state was saved from)
         self._base_epoch, self._base = dataset.epoch, 0
         self._started = False
-        reader = BatchReader(
-            dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform
-        )
+        reader = dataset.make_reader(batch_transform)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
@@ -203,6 +201,8 @@ class StreamingDataLoader(DataLoader[Any]):
                     "create the StreamingDataLoader after loading the state"
                 )
             reader.source, reader.plan = self.streaming_dataset.source, self.streaming_dataset.plan
+            if self.streaming_dataset.packing is not None:
+                reader.packing = self.streaming_dataset.packing  # type: ignore[attr-defined]
 
     # -- state --------------------------------------------------------------------------
 
@@ -284,4 +284,12 @@ class StreamingDataLoader(DataLoader[Any]):
             "step": self.step,
             "splits": [splits.start, splits.stop],
             "cursors": list(cursors[splits.start : splits.stop]),
+            **self._tokens(),
         }
+
+    def _tokens(self) -> dict[str, int]:
+        """Tokens handed out this epoch on this rank, when packing (for the dashboard)."""
+        packing = self.streaming_dataset.packing
+        if packing is None:
+            return {}
+        return {"tokens": self.step * self._rows_per_batch * packing.spec.seq_len}

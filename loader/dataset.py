@@ -16,6 +16,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import state as st
 from loader.layout import check_world_size, owned_splits
+from loader.packing import (
+    PACK_FIELDS,
+    PackedTokens,
+    blocks_of_state,
+    pack_spec,
+    packing_state,
+    token_lengths,
+)
 from loader.plan import PlanSpec
 from loader.reader import BatchReader, OnError
 from loader.sources import ResolvedSource, resolve_source
@@ -45,6 +53,10 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         version: int | None = None,
         allow_source_change: bool = False,
         storage_options: dict[str, str] | None = None,
+        pack_sequences: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        blocks_per_epoch: int | None = None,
     ) -> None:
         self.world: World = resolve_world(rank, world_size)
         if num_splits is None:
@@ -55,6 +67,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 stacklevel=2,
             )
         check_world_size(num_splits, self.world.world_size)
+        self._pack = pack_spec(
+            pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, num_splits
+        )
+        if self._pack is not None and transform is not None:
+            raise ValueError("transform (per row) cannot be combined with pack_sequences")
         self._source_args = {
             "columns": columns,
             "filter": filter,
@@ -96,12 +113,35 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         return resolved, PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
-        self.plan = plan
-        self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
+        self.plan, self._resolved = plan, resolved
+        self.packing: PackedTokens | None = None
+        if self._pack is not None:  # the one-off lengths pass (per pinned version)
+            self.packing = PackedTokens(
+                self._pack, plan, token_lengths(resolved, self._pack.column)
+            )
+        self.reader = self.make_reader()
+
+    def make_reader(
+        self, batch_transform: Callable[[dict[str, Any]], Any] | None = None
+    ) -> BatchReader:
+        """What reads this dataset's batches: rows, or packed blocks."""
+        if self.packing is not None:
+            from loader.packed_reader import PackedReader
+
+            return PackedReader(self._resolved, self.plan, self.packing, batch_transform)
+        return BatchReader(
+            self._resolved, self.plan, self.transform, self.on_error, batch_transform
+        )
+
+    def units_per_split(self, epoch: int) -> int:
+        """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
+        if self.packing is not None:
+            return self.packing.blocks_per_split(epoch)
+        return self.rows_per_split
 
     @property
     def source(self) -> ResolvedSource:
-        return self.reader.source
+        return self._resolved
 
     @property
     def num_rows(self) -> int:
@@ -148,6 +188,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             if isinstance(source.filter, str | None)
             else str(source.filter),
             "drop_last": drop_last,
+            **(self._pack.identity() if self._pack is not None else {}),
         }
 
     # -- position -----------------------------------------------------------------------
@@ -183,9 +224,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def peek_stream(self, batch_size: int, drop_last: bool) -> RankStream:
         """The stream an iteration would start now, without starting it."""
         epoch, cursors = self.position()
-        return RankStream(
-            epoch, cursors, self.rows_per_split, self.rank, self.world_size, batch_size, drop_last
-        )
+        units = self.units_per_split(epoch)
+        return RankStream(epoch, cursors, units, self.rank, self.world_size, batch_size, drop_last)
 
     def record(self, stream: RankStream, rows_done: int) -> None:
         """Note that `rows_done` rows of `stream` reached the training loop."""
@@ -199,15 +239,21 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         """The state at the current position; `skipped` is what batches of this size leave out."""
         epoch, cursors = self.position()
         skipped = self.peek_stream(batch_size, drop_last).skipped
-        return st.make_state(
+        saved: list[int] = list(cursors)
+        packed: dict[str, Any] = {}
+        if self.packing is not None:
+            saved, packed = packing_state(self.packing.epoch(epoch), saved)
+        state = st.make_state(
             self.plan_identity(drop_last),
             self.source.spec.identity(),
             epoch,
-            list(cursors),
+            saved,
             skipped,
             self.world_size,
             step,
         )
+        state.update(packed)
+        return state
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
         """Validate `state` against this dataset and move to it (effective at the next iteration).
@@ -226,13 +272,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             fields.append("num_rows")
         if drop_last is not None:
             fields.append("drop_last")
+        fields.extend(PACK_FIELDS)
         st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
         cursors = st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         check_world_size(plan.num_splits, self.world_size)
         if resolved is not self.source:  # every check passed: only now re-pin
             self._adopt(resolved, plan)
         epoch = state[st.KEY_EPOCH]
-        if all(c == self.rows_per_split for c in cursors):
+        if self.packing is not None:
+            cursors = blocks_of_state(self.packing.epoch(epoch), state, cursors)
+        if all(c == self.units_per_split(epoch) for c in cursors):
             epoch, cursors = epoch + 1, [0] * self.num_splits
         self._epoch, self._cursors, self._progress = epoch, tuple(cursors), None
 
@@ -248,6 +297,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
         info = get_worker_info()
+        if self.packing is not None:
+            yield from self._iter_blocks(info)
+            return
         stream = (
             self.start_stream(ROW_READ_SIZE, False)
             if info is None
@@ -270,6 +322,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                         raise
                     if self.on_error == "warn":
                         warnings.warn(f"transform failed on a row, skipped: {err!r}", stacklevel=2)
+
+    def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
+        """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""
+        stream = self.start_stream(1, False) if info is None else self.peek_stream(1, False)
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
+            for offset, batch in enumerate(self.reader[stream.task(first, ROW_READ_SIZE)]):
+                if info is None:
+                    self.record(stream, first + offset + 1)
+                yield {k: v if k == "cu_seqlens" else v[0] for k, v in batch.items()}
 
     def __repr__(self) -> str:
         spec = self.source.spec
