@@ -217,6 +217,13 @@ class PackedTokens:
             blocks = self.spec.blocks_per_epoch // splits
         else:
             blocks = int(prefix[:, -1].min()) // self.spec.seq_len
+            if blocks == 0:
+                raise ValueError(
+                    f"pack_sequences={self.spec.seq_len} is longer than the "
+                    f"{int(prefix[:, -1].min())} tokens of the smallest split in epoch {epoch}: "
+                    f"no split would yield a block. Lower pack_sequences or num_splits, or pass "
+                    f"blocks_per_epoch and pad_id to pad"
+                )
         return EpochBlocks(prefix, self.spec.seq_len, blocks)
 
     def blocks_per_split(self, epoch: int) -> int:
