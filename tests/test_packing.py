@@ -260,3 +260,21 @@ def test_dataset_iteration_yields_single_blocks() -> None:
     assert len(blocks) == 2 * ds.units_per_split(0)
     assert blocks[0]["input_ids"].shape == (8,)
     assert ds.state_dict()["epoch"] == 1
+
+
+def test_progress_telemetry_carries_tokens() -> None:
+    """The loader's snapshot (what progress events carry) counts tokens when packing, and the
+    collector's schema accepts the field."""
+    from dashboard.collector.models import EventIn
+    from loader.telemetry import _position
+
+    loader = loaders(token_table([9] * 16), 1, 2, num_splits=2, pack_sequences=4)[0]
+    take(loader, 3)
+    position = _position(loader._snapshot(), 2)
+    assert position["tokens"] == 3 * 2 * 4
+    event = {"run_id": "r", "kind": "progress", "ts": 1.0, "rank": 0, "world_size": 1}
+    assert EventIn(**event, num_splits=2, **position).tokens == 24
+    rows = StreamingDataLoader(
+        StreamingDataset(token_table([3] * 4), num_splits=1, rank=0, world_size=1), batch_size=2
+    )
+    assert "tokens" not in rows._snapshot()
