@@ -218,6 +218,24 @@ def blocks_per_epoch(steps: dict[int, list[dict[str, Any]]]) -> dict[int, Counte
     return out
 
 
+def token_accounting(job: dict[str, Any], epochs: int) -> dict[int, dict[str, int]]:
+    """Per epoch: tokens (eos included) of the plan's documents, in blocks, and dropped."""
+    table = lancedb.connect(job["db"]).open_table(TABLE)
+    ds = StreamingDataset(
+        table, columns=["tokens"], num_splits=NUM_SPLITS, shuffle_seed=1, rank=0, world_size=1,
+        pack_sequences=job["seq_len"], eos_id=EOS,
+    )  # fmt: skip
+    assert ds.packing is not None
+    out = {}
+    for epoch in range(epochs):
+        blocks = ds.packing.epoch(epoch)
+        total = int(blocks.prefix[:, -1].sum())
+        in_blocks = blocks.blocks_per_split * NUM_SPLITS * job["seq_len"]
+        assert in_blocks + blocks.tokens_dropped == total
+        out[epoch] = {"tokens": total, "in_blocks": in_blocks, "dropped": blocks.tokens_dropped}
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
@@ -229,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     files, doc_bytes = (24, 600) if args.quick else (120, 2000)
     started = time.perf_counter()
     # ranks fork from a server that imported torch and the loader once (not run: fork-safe)
-    mp.set_forkserver_preload(["torch", "lancedb", "loader.packed_reader"])
+    mp.set_forkserver_preload(["torch", "loader.packed_reader"])
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     tokens = build_table(out / "db", files, doc_bytes)
@@ -268,6 +286,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "last_loss": reference[total_steps][0]["loss"],
         "blocks_per_epoch": {e: sum(c.values()) for e, c in want.items()},
         "every_block_once_per_epoch": seen == want,
+        "tokens_per_epoch": token_accounting(base, args.epochs),
         "seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
