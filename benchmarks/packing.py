@@ -1,0 +1,154 @@
+"""Issue #13's packed-token figures, in one process, on one synthetic LanceDB table.
+
+Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is not used):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/packing.py [--docs 20000] [--seconds 8]
+
+- `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
+  of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
+  `--seconds`; lancedb.streaming needs `blocks_per_epoch` (we pass ours' count).
+- `ours ÷ raw Lance read`: tokens/s of ours against reading the token column of the same
+  table front to back with `to_batches` into one flat NumPy array per batch (no shuffle,
+  no packing): the floor of what any packing reader pays.
+- `resume at 90 %`: time from building the dataset and loader (lengths pass included) to
+  the first batch, after `load_state_dict` of a state at 90 % of the epoch, over the same
+  for a fresh start; medians of 5, alternating.
+- `varlen ÷ fixed`: values/s of a `list<int32>` column (lengths 1..255, mean 128) against a
+  `fixed_size_list<int32>[128]` column of the same row count (batches of 256 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from loader import StreamingDataLoader, StreamingDataset
+
+SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
+
+
+def token_table(db: Any, docs: int) -> Any:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(64, 4096, docs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = rng.integers(1, 50_000, int(offsets[-1]), dtype=np.int32)
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return db.create_table("tokens", pa.table({"tokens": tokens}), mode="overwrite")
+
+
+def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
+    """Units per second over what arrives within `seconds` (the first batch excluded)."""
+    it = iter(batches)
+    next(it)
+    done, start = 0, time.perf_counter()
+    for batch in it:
+        done += count(batch)
+        if time.perf_counter() - start > seconds:
+            break
+    return done / (time.perf_counter() - start)
+
+
+def ours(table: Any, **kw: Any) -> StreamingDataLoader:
+    ds = StreamingDataset(
+        table, columns=["tokens"], num_splits=SPLITS, rank=0, world_size=1,
+        pack_sequences=SEQ_LEN, eos_id=EOS, **kw,
+    )  # fmt: skip
+    return StreamingDataLoader(ds, batch_size=BATCH)
+
+
+def theirs(table: Any, blocks: int) -> Any:
+    from lancedb.streaming import StreamingDataLoader as TheirLoader
+    from lancedb.streaming import StreamingDataset as TheirDataset
+
+    ds = TheirDataset(
+        table, num_splits=SPLITS, columns=["tokens"], pack_sequences=SEQ_LEN, eos_id=EOS,
+        pad_id=EOS, blocks_per_epoch=blocks,
+    )  # fmt: skip
+    return TheirLoader(ds, batch_size=BATCH)
+
+
+def raw_read(table: Any) -> Iterable[np.ndarray]:
+    for batch in table.to_lance().to_batches(columns=["tokens"], batch_size=64):
+        yield batch.column(0).values.to_numpy()
+
+
+def first_batch_seconds(table: Any, state: dict[str, Any] | None) -> float:
+    start = time.perf_counter()
+    loader = ours(table)
+    if state is not None:
+        loader.load_state_dict(state)
+    next(iter(loader))
+    return time.perf_counter() - start
+
+
+def resume_ratio(table: Any) -> float:
+    loader = ours(table)
+    stop = int(0.9 * len(loader))
+    for step, _ in enumerate(loader):
+        if step + 1 == stop:
+            break
+    state = loader.state_dict()
+    fresh, resumed = [], []
+    for _ in range(5):
+        fresh.append(first_batch_seconds(table, None))
+        resumed.append(first_batch_seconds(table, state))
+    return statistics.median(resumed) / statistics.median(fresh)
+
+
+def varlen_ratio(db: Any, rows: int, seconds: float) -> float:
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 256, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    varlen = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(np.arange(offsets[-1], dtype=np.int32))
+    )
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(rows * 128, dtype=np.int32)), 128)
+    rates = {}
+    for name, column in (("varlen", varlen), ("fixed", fixed)):
+        table = db.create_table(name, pa.table({"v": column}), mode="overwrite")
+        ds = StreamingDataset(table, num_splits=SPLITS, rank=0, world_size=1)
+        loader = StreamingDataLoader(ds, batch_size=256)
+        size = (lambda b: len(b["v"].values)) if name == "varlen" else (lambda b: b["v"].numel())
+        rates[name] = drain(loader, size, seconds)
+    return rates["varlen"] / rates["fixed"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--docs", type=int, default=20_000)
+    p.add_argument("--seconds", type=float, default=8.0)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = lancedb.connect(str(Path(tmp) / "db"))
+        table = token_table(db, args.docs)
+        loader = ours(table)
+        blocks = len(loader) * BATCH
+        tokens = lambda b: b["input_ids"].numel()  # noqa: E731
+        ours_rate = drain(loader, tokens, args.seconds)
+        their_rate = drain(theirs(table, blocks), tokens, args.seconds)
+        raw_rate = drain(raw_read(table), len, args.seconds)
+        print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
+        print(f"ours tokens/s                 {ours_rate:14,.0f}")
+        print(
+            f"lancedb.streaming tokens/s    {their_rate:14,.0f}   ours / it = {ours_rate / their_rate:.2f}"
+        )
+        print(
+            f"raw Lance read tokens/s       {raw_rate:14,.0f}   ours / it = {ours_rate / raw_rate:.2f}"
+        )
+        print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
+        print(
+            f"list<int32> / fixed_size_list values/s = {varlen_ratio(db, 40_000, args.seconds):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
