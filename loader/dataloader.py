@@ -40,7 +40,8 @@ def _clean_worker_context() -> BaseContext:
 
 def _pinned(batch: Any) -> Any:
     if isinstance(batch, dict):
-        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        # tensors, and Ragged columns (which pin their values and offsets)
+        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch.items()}
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 

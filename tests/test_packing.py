@@ -278,3 +278,40 @@ def test_progress_telemetry_carries_tokens() -> None:
         StreamingDataset(token_table([3] * 4), num_splits=1, rank=0, world_size=1), batch_size=2
     )
     assert "tokens" not in rows._snapshot()
+
+
+def test_resume_reads_nothing_before_the_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_state_dict is O(S) on the cached lengths: no read of what came before."""
+    from loader.sources.open import ArrowRows
+
+    table = token_table([13] * 40)
+    saver = loaders(table, 1, 2, num_splits=4, pack_sequences=8)[0]
+    take(saver, 5)
+    state = saver.state_dict()
+    resumed = loaders(table, 2, 1, num_splits=4, pack_sequences=8)[1]
+    reads: list[int] = []
+    original = ArrowRows.take
+
+    def counting(self: ArrowRows, positions: Any) -> pa.Table:
+        reads.append(len(positions))
+        return original(self, positions)
+
+    monkeypatch.setattr(ArrowRows, "take", counting)
+    resumed.load_state_dict(state)
+    assert reads == []
+    next(iter(resumed))
+    assert len(reads) == 1, "the first batch is one read"
+
+
+def test_packed_batches_do_not_depend_on_read_size_or_workers(tmp_path: Path) -> None:
+    lengths = np.random.default_rng(5).integers(0, 40, 90).tolist()
+    db = lancedb.connect(str(tmp_path)).create_table("docs", token_table(lengths))
+    runs = []
+    for read_size, workers in [(8192, 0), (3, 0), (5, 2)]:
+        ds = StreamingDataset(
+            db, columns=["tokens"], num_splits=4, rank=1, world_size=2, shuffle_seed=2,
+            pack_sequences=16, eos_id=EOS,
+        )  # fmt: skip
+        loader = StreamingDataLoader(ds, batch_size=3, num_workers=workers, read_size=read_size)
+        runs.append([{k: v.tolist() for k, v in batch.items()} for batch in loader])
+    assert runs[0] and runs[1] == runs[0] and runs[2] == runs[0]
