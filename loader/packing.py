@@ -19,6 +19,7 @@ bytes per document, computed once per process and epoch).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import pyarrow.types as pat
 from numpy.typing import NDArray
 
 from loader.plan import PlanSpec
-from loader.sources import ResolvedSource
+from loader.sources import ResolvedSource, open_source
 
 LENGTHS_READ_ROWS = 65_536  # rows per read of the one-off lengths pass
 
@@ -114,7 +115,7 @@ def _check_token_column(name: str, column: pa.ChunkedArray | pa.Array) -> None:
 
 def token_lengths(source: ResolvedSource, column: str) -> NDArray[np.int32]:
     """Tokens of every document, by plan position: the one-off pass over the column."""
-    rows = source.spec.open()
+    rows = open_source(source.spec)
     positions = source.rows if source.rows is not None else None
     out = np.empty(source.num_rows, dtype=np.int32)
     for start in range(0, source.num_rows, LENGTHS_READ_ROWS):
@@ -217,12 +218,13 @@ class PackedTokens:
             blocks = self.spec.blocks_per_epoch // splits
         else:
             blocks = int(prefix[:, -1].min()) // self.spec.seq_len
-            if blocks == 0:
-                raise ValueError(
+            if blocks == 0:  # an empty epoch, said loudly (a state of it stays valid)
+                warnings.warn(
                     f"pack_sequences={self.spec.seq_len} is longer than the "
                     f"{int(prefix[:, -1].min())} tokens of the smallest split in epoch {epoch}: "
-                    f"no split would yield a block. Lower pack_sequences or num_splits, or pass "
-                    f"blocks_per_epoch and pad_id to pad"
+                    f"this epoch yields no block. Lower pack_sequences or num_splits, or pass "
+                    f"blocks_per_epoch and pad_id to pad",
+                    stacklevel=2,
                 )
         return EpochBlocks(prefix, self.spec.seq_len, blocks)
 

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
-from loader.sources import ResolvedSource, RowSource
+from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
 OnError = Literal["raise", "skip", "warn"]
@@ -59,7 +59,7 @@ class BatchReader(Dataset[list[Any]]):
 
     def _rows(self) -> RowSource:
         if self._opened is None or self._pid != os.getpid():
-            self._opened = self.source.spec.open()
+            self._opened = open_source(self.source.spec)
             self._pid = os.getpid()
         return self._opened
 

@@ -4,6 +4,7 @@ save on one world size resumed on another hands out every block once."""
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -152,12 +153,12 @@ def test_packed_resume_on_another_world_size(job: dict[str, Any]) -> None:
     if job["padded"]:
         total = sum(job["lengths"]) + len(job["lengths"])
         kw.update(pad_id=PAD, blocks_per_epoch=splits * max(1, total // job["seq_len"] // splits))
-    try:
-        whole = loaders(table, 1, g, **kw)[0]
-        whole.streaming_dataset.units_per_split(job["epoch"])
-    except ValueError as err:  # a split holds less than one block: a clear error instead
-        assert "smallest split" in str(err)
-        assume(False)
+    whole = loaders(table, 1, g, **kw)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        empty = whole.streaming_dataset.units_per_split(job["epoch"]) == 0
+    assert empty == any("yields no block" in str(w.message) for w in caught)
+    assume(not empty)  # a split holds less than one block: an empty epoch, with a warning
     ds = whole.streaming_dataset
     want = expected_blocks(ds, job["lengths"], job["epoch"])
     count = ds.units_per_split(job["epoch"])
@@ -282,7 +283,7 @@ def test_progress_telemetry_carries_tokens() -> None:
 
 def test_resume_reads_nothing_before_the_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """load_state_dict is O(S) on the cached lengths: no read of what came before."""
-    from loader.sources.open import ArrowRows
+    from loader.sources.arrow import ArrowRows
 
     table = token_table([13] * 40)
     saver = loaders(table, 1, 2, num_splits=4, pack_sequences=8)[0]
