@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.packed_reader import PackedReader, block_documents
+from loader.progress import Batching
 from loader.stream import task_order_indices
 
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
@@ -48,11 +49,10 @@ def token_table(db: Any, docs: int) -> Any:
 
 
 def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
-    """Units per second over what arrives within `seconds` (the first batch excluded)."""
-    it = iter(batches)
-    next(it)
+    """Units per second from starting the iteration (the first read included: with
+    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`."""
     done, start = 0, time.perf_counter()
-    for batch in it:
+    for batch in batches:
         done += count(batch)
         if time.perf_counter() - start > seconds:
             break
@@ -81,9 +81,9 @@ def theirs(table: Any, blocks: int) -> Any:
 def raw_take(loader: StreamingDataLoader) -> Iterable[int]:
     """Lance `take` of exactly the documents each of ours' reads covers (sorted, one call a
     read), values to NumPy: ours' own reads with the packing left out. Yields tokens."""
-    reader = loader.dataset
+    reader = loader.streaming_dataset.reader
     assert isinstance(reader, PackedReader)
-    stream = loader.streaming_dataset.peek_stream(BATCH, False)
+    stream = loader.progress.peek(Batching(BATCH, False))
     layout = reader.packing.epoch(stream.epoch)
     per_split = layout.blocks_per_split
     for task in stream.tasks(loader.batches_per_read):

@@ -153,8 +153,8 @@ def train(rank: int, world: int, job: dict[str, Any]) -> None:
         dl.load_state_dict(load(ckpt / "loader.ckpt"))
         step = saved["step"]
     log = (Path(job["log"]) / f"rank{rank}.jsonl").open("a")
-    while ds.position()[0] < job["epochs"]:
-        epoch = ds.position()[0]
+    while ds.epoch < job["epochs"]:
+        epoch = ds.epoch
         for batch in dl:
             logits = model(batch)
             labels = batch["labels"]
