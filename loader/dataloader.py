@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from loader import args
 from loader.dataset import StreamingDataset
 from loader.mainguard import check_main_guard
+from loader.packing import default_read_size
 from loader.prefetch import map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
@@ -118,6 +119,8 @@ class StreamingDataLoader(DataLoader[Any]):
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
+            Default 8192 rows; with pack_sequences it counts blocks, default 2**20 tokens'
+            worth (512 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever). Past it the workers are killed and the loop
             raises `DataWaitTimeout` naming them, so a stopped or stuck worker fails the
@@ -141,7 +144,7 @@ class StreamingDataLoader(DataLoader[Any]):
         telemetry: str | None = None,
         run_id: str | None = None,
         read_ahead: int = 2,
-        read_size: int = 8192,
+        read_size: int | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
@@ -155,7 +158,10 @@ class StreamingDataLoader(DataLoader[Any]):
         self.streaming_dataset = dataset
         self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
         self.read_ahead = args.integer("read_ahead", read_ahead, 0)
-        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
+        if read_size is None:
+            read_size = default_read_size(dataset.packing)
+        read_size = args.integer("read_size", read_size, 1)
+        self.batches_per_read = max(1, read_size // batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on

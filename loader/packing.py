@@ -33,6 +33,8 @@ from loader.plan import PlanSpec
 from loader.sources import ResolvedSource, open_source
 
 LENGTHS_READ_ROWS = 65_536  # rows per read of the one-off lengths pass
+READ_ROWS = 8192  # the loader's default read size, in rows
+READ_TOKENS = 1 << 20  # ... and with packing, in tokens (bigger reads measured slower)
 
 
 @dataclass(frozen=True)
@@ -252,3 +254,11 @@ def blocks_of_state(blocks: EpochBlocks, state: dict[str, Any], docs: list[int])
             f"offset per split ({len(docs)})"
         )
     return blocks.to_blocks(docs, offsets)
+
+
+def default_read_size(packing: PackedTokens | None) -> int:
+    """Units per read when the user gives none: 8192 rows, or about 2**20 tokens of blocks
+    (a read of 8192 blocks of 2048 would allocate ~0.5 GB of int64 fields at once)."""
+    if packing is None:
+        return READ_ROWS
+    return max(1, READ_TOKENS // packing.spec.seq_len)

@@ -316,3 +316,15 @@ def test_packed_batches_do_not_depend_on_read_size_or_workers(tmp_path: Path) ->
         loader = StreamingDataLoader(ds, batch_size=3, num_workers=workers, read_size=read_size)
         runs.append([{k: v.tolist() for k, v in batch.items()} for batch in loader])
     assert runs[0] and runs[1] == runs[0] and runs[2] == runs[0]
+
+
+def test_packed_reads_default_to_about_a_million_tokens() -> None:
+    """read_size counts blocks when packing; its default is 2**20 tokens' worth, not 8192
+    blocks (which at seq_len 2048 would allocate ~0.5 GB of fields per read)."""
+    table = token_table([30] * 40)
+    assert loaders(table, 1, 4, num_splits=2, pack_sequences=2048)[0].batches_per_read == 128
+    assert loaders(table, 1, 4, num_splits=2, pack_sequences=8)[0].batches_per_read == 2**15
+    rows = StreamingDataLoader(
+        StreamingDataset(table, num_splits=2, rank=0, world_size=1), batch_size=4
+    )
+    assert rows.batches_per_read == 2048
