@@ -157,7 +157,7 @@ def main() -> None:
         small.batches_per_read = 16
         rate_small = drain(small, tokens, args.seconds)
         rows = [
-            ("ours (read_size 8192)", rate, None),
+            ("ours (default read: 512 blocks)", rate, None),
             ("lancedb.streaming pack_sequences", drain(theirs(table, blocks), tokens, args.seconds), rate),
             ("raw Lance scan of the column", drain(raw_read(table), len, args.seconds), rate),
             ("ours, reads of 16 batches", rate_small, None),

@@ -67,14 +67,6 @@ def block_documents(
     return documents, block_docs, first_offsets
 
 
-def next_token_labels(ids: NDArray[np.int64], documents: NDArray[np.int64]) -> NDArray[np.int64]:
-    """labels[:, i] = ids[:, i + 1] inside one document, else IGNORE_INDEX."""
-    labels = np.full_like(ids, IGNORE_INDEX)
-    same = (documents[:, 1:] == documents[:, :-1]) & (documents[:, 1:] >= 0)
-    labels[:, :-1] = np.where(same, ids[:, 1:], IGNORE_INDEX)
-    return labels
-
-
 def cu_seqlens(documents: NDArray[np.int64]) -> NDArray[np.int32]:
     """Start of every document piece in the flattened batch, and its total length."""
     flat = documents.reshape(-1)
@@ -84,12 +76,18 @@ def cu_seqlens(documents: NDArray[np.int64]) -> NDArray[np.int32]:
     return np.append(np.flatnonzero(starts), flat.shape[0]).astype(np.int32)
 
 
+Blocks = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+
+
 def packed_batch(
-    ids: NDArray[np.int64], positions: NDArray[np.int64], documents: NDArray[np.int64]
+    ids: NDArray[np.int64],
+    labels: NDArray[np.int64],
+    positions: NDArray[np.int64],
+    documents: NDArray[np.int64],
 ) -> dict[str, torch.Tensor]:
     return {
         "input_ids": torch.from_numpy(ids),
-        "labels": torch.from_numpy(next_token_labels(ids, documents)),
+        "labels": torch.from_numpy(labels),
         "position_ids": torch.from_numpy(positions),
         "document_ids": torch.from_numpy(documents),
         "cu_seqlens": torch.from_numpy(cu_seqlens(documents)),
@@ -109,10 +107,8 @@ class PackedReader(BatchReader):
         super().__init__(source, plan, None, "raise", batch_transform)
         self.packing = packing
 
-    def blocks(
-        self, task: BatchTask
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-        """(input_ids, position_ids, document_ids) of the task's blocks, in stream order."""
+    def blocks(self, task: BatchTask) -> Blocks:
+        """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream order."""
         spec = self.packing.spec
         layout = self.packing.epoch(task.epoch)
         per_split = layout.blocks_per_split
@@ -139,14 +135,14 @@ class PackedReader(BatchReader):
             spec.seq_len,
             spec.eos_id,
             pad,
+            IGNORE_INDEX,
         )
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
-        ids, positions, documents = self.blocks(task)
+        fields = self.blocks(task)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         batches = [
-            packed_batch(ids[a:b], positions[a:b], documents[a:b])
-            for a, b in itertools.pairwise(bounds)
+            packed_batch(*(field[a:b] for field in fields)) for a, b in itertools.pairwise(bounds)
         ]
         if self.batch_transform:
             return [self.batch_transform(batch) for batch in batches]

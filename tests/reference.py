@@ -74,9 +74,11 @@ def ragged_take(
 
 def pack_blocks(
     documents: list[list[int]], seq_len: int, eos_id: int, pad_id: int, blocks: int
-) -> list[tuple[list[int], list[int], list[int]]]:
+) -> list[tuple[list[int], list[int], list[int], list[int]]]:
     """By the definition: one stream of documents each followed by eos, cut into blocks;
-    positions restart at each document and each block; document ids count inside a block."""
+    labels are the next token of the same document in the block (else -100); positions
+    restart at each document and each block; document ids count inside a block."""
+    ignore = -100
     stream: list[tuple[int, int]] = []  # (token, document)
     for d, doc in enumerate(documents):
         stream.extend((t, d) for t in [*doc, eos_id])
@@ -92,5 +94,9 @@ def pack_blocks(
             doc_ids.append(len(docs_seen) - 1)
             pos.append(0 if i == 0 or piece[i - 1][1] != d else pos[-1] + 1)
         pad = seq_len - len(piece)
-        out.append((ids, pos + [0] * pad, doc_ids + [-1] * pad))
+        labels = [
+            ids[i + 1] if i + 1 < len(piece) and piece[i + 1][1] == piece[i][1] else ignore
+            for i in range(seq_len)
+        ]
+        out.append((ids, labels, pos + [0] * pad, doc_ids + [-1] * pad))
     return out

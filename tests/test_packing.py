@@ -56,9 +56,9 @@ def test_blocks_match_the_twin(lengths: list[int], seq_len: int, extra: int) -> 
     found, block_docs, first = block_documents(layout, np.zeros(count, np.int64), levels)
     offsets = np.cumsum([0, *lengths]).astype(np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
-    ids, pos, doc_ids = _pack_blocks(values, offsets, found, block_docs, first, seq_len, EOS, PAD)
+    fields = _pack_blocks(values, offsets, found, block_docs, first, seq_len, EOS, PAD, -100)
     want = reference.pack_blocks(docs, seq_len, EOS, PAD, count)
-    got = [(i.tolist(), p.tolist(), d.tolist()) for i, p, d in zip(ids, pos, doc_ids, strict=True)]
+    got = [tuple(f.tolist() for f in block) for block in zip(*fields, strict=True)]
     assert got == want
 
 
@@ -74,7 +74,7 @@ def expected_blocks(ds: StreamingDataset, lengths: list[int], epoch: int) -> lis
     assert ds.packing is not None
     seq_len = ds.packing.spec.seq_len
     return [
-        [tuple(ids) for ids, _, _ in reference.pack_blocks(split, seq_len, EOS, PAD, count)]
+        [tuple(block[0]) for block in reference.pack_blocks(split, seq_len, EOS, PAD, count)]
         for split in split_documents(ds, lengths, epoch)
     ]
 

@@ -40,19 +40,22 @@ def _pack_blocks(
     seq_len: int,
     eos_id: int,
     pad_id: int,
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """Blocks of `seq_len` tokens from documents, each followed by `eos_id`.
+    ignore: int,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Blocks of `seq_len` tokens from documents, each followed by `eos_id`, in one pass.
 
     Block b holds documents `doc_rows[block_docs[b]:block_docs[b + 1]]` (rows of the ragged
     array (values, offsets)), starting `first_offsets[b]` tokens into the first; what is
-    left after them is `pad_id`. Returns (input_ids, position_ids, document_ids), each
-    (blocks, seq_len): positions count from 0 at each document start and at the block's
-    start; document ids number the documents inside the block, -1 on padding.
+    left after them is `pad_id`. Returns (input_ids, labels, position_ids, document_ids),
+    each (blocks, seq_len): labels are the next token inside a document piece, else
+    `ignore`; positions count from 0 at each document start and at the block's start;
+    document ids number the documents inside the block, -1 on padding.
     """
     blocks = block_docs.shape[0] - 1
-    ids = np.full((blocks, seq_len), pad_id, dtype=np.int64)
-    positions = np.zeros((blocks, seq_len), dtype=np.int64)
-    documents = np.full((blocks, seq_len), -1, dtype=np.int64)
+    ids = np.empty((blocks, seq_len), dtype=np.int64)
+    labels = np.empty((blocks, seq_len), dtype=np.int64)
+    positions = np.empty((blocks, seq_len), dtype=np.int64)
+    documents = np.empty((blocks, seq_len), dtype=np.int64)
     for b in range(blocks):
         filled = 0
         skip = first_offsets[b]
@@ -63,9 +66,18 @@ def _pack_blocks(
             take = min(size + 1 - skip, seq_len - filled)
             for k in range(take):
                 token = skip + k
-                ids[b, filled] = values[start + token] if token < size else eos_id
+                value = values[start + token] if token < size else eos_id
+                if k > 0:
+                    labels[b, filled - 1] = value
+                ids[b, filled] = value
+                labels[b, filled] = ignore
                 positions[b, filled] = k
                 documents[b, filled] = j - block_docs[b]
                 filled += 1
             skip = 0
-    return ids, positions, documents
+        for p in range(filled, seq_len):
+            ids[b, p] = pad_id
+            labels[b, p] = ignore
+            positions[b, p] = 0
+            documents[b, p] = -1
+    return ids, labels, positions, documents
