@@ -119,8 +119,8 @@ class StreamingDataLoader(DataLoader[Any]):
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
-            Default 8192 rows; with pack_sequences it counts blocks, default 2**20 tokens'
-            worth (512 blocks of 2048).
+            Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
+            worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever). Past it the workers are killed and the loop
             raises `DataWaitTimeout` naming them, so a stopped or stuck worker fails the

@@ -318,12 +318,12 @@ def test_packed_batches_do_not_depend_on_read_size_or_workers(tmp_path: Path) ->
     assert runs[0] and runs[1] == runs[0] and runs[2] == runs[0]
 
 
-def test_packed_reads_default_to_about_a_million_tokens() -> None:
-    """read_size counts blocks when packing; its default is 2**20 tokens' worth, not 8192
+def test_packed_reads_default_to_a_quarter_million_tokens() -> None:
+    """read_size counts blocks when packing; its default is 2**18 tokens' worth, not 8192
     blocks (which at seq_len 2048 would allocate ~0.5 GB of fields per read)."""
     table = token_table([30] * 40)
-    assert loaders(table, 1, 4, num_splits=2, pack_sequences=2048)[0].batches_per_read == 128
-    assert loaders(table, 1, 4, num_splits=2, pack_sequences=8)[0].batches_per_read == 2**15
+    assert loaders(table, 1, 4, num_splits=2, pack_sequences=2048)[0].batches_per_read == 32
+    assert loaders(table, 1, 4, num_splits=2, pack_sequences=8)[0].batches_per_read == 2**13
     rows = StreamingDataLoader(
         StreamingDataset(table, num_splits=2, rank=0, world_size=1), batch_size=4
     )
