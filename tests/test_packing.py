@@ -328,3 +328,23 @@ def test_packed_reads_default_to_a_quarter_million_tokens() -> None:
         StreamingDataset(table, num_splits=2, rank=0, world_size=1), batch_size=4
     )
     assert rows.batches_per_read == 2048
+
+
+def test_a_filter_packs_only_the_documents_it_keeps(tmp_path: Path) -> None:
+    lengths = [5, 9, 0, 7, 12, 3, 8, 6] * 5
+    db = lancedb.connect(str(tmp_path)).create_table("docs", token_table(lengths))
+    kw = {"num_splits": 2, "pack_sequences": 4, "shuffle_seed": 9, "filter": "id % 2 = 0"}
+    loader = loaders(db, 1, 2, **kw)[0]
+    ds = loader.streaming_dataset
+    assert ds.num_rows == 20
+    docs = documents(lengths)
+    plan = ds.plan.epoch(0)
+    rows = ds.source.rows
+    assert rows is not None
+    want = [
+        [tuple(b[0]) for b in reference.pack_blocks(
+            [docs[rows[p]] for p in plan.split_rows(s).tolist()], 4, EOS, PAD, ds.units_per_split(0)
+        )]
+        for s in range(2)
+    ]  # fmt: skip
+    assert Counter(take(loader, None)) == Counter(blk for split in want for blk in split)
