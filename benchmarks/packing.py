@@ -20,6 +20,7 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -39,13 +40,46 @@ from loader.stream import task_order_indices
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
 
 
-def token_table(db: Any, docs: int) -> Any:
+@functools.cache
+def token_arrays(docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of `docs` documents of 64..4095 random token ids (seeded)."""
     rng = np.random.default_rng(0)
     lengths = rng.integers(64, 4096, docs)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = rng.integers(1, 50_000, int(offsets[-1]), dtype=np.int32)
+    return offsets, rng.integers(1, 50_000, int(offsets[-1]), dtype=np.int32)
+
+
+def token_table(db: Any, docs: int) -> Any:
+    offsets, values = token_arrays(docs)
     tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
     return db.create_table("tokens", pa.table({"tokens": tokens}), mode="overwrite")
+
+
+def _litdata_document(item: tuple[int, int]) -> Any:
+    """One document and its eos, as LitGPT's prepare scripts write them (module level:
+    litdata's optimize workers import it)."""
+    import torch
+
+    offsets, values = token_arrays(item[0])
+    yield torch.from_numpy(np.append(values[offsets[item[1]] : offsets[item[1] + 1]], EOS))
+
+
+def litdata_tokens(out: Path, docs: int, seconds: float) -> float | None:
+    """LitData's TokensLoader on the same documents (optimize'd to `out`), shuffled, or
+    None where litdata is not installed (the project venv; see setup_env.sh)."""
+    try:
+        from litdata import StreamingDataLoader as LitLoader
+        from litdata import StreamingDataset as LitDataset
+        from litdata import TokensLoader, optimize
+    except ImportError:
+        return None
+    items = [(docs, i) for i in range(docs)]
+    optimize(
+        fn=_litdata_document, inputs=items, output_dir=str(out), chunk_size=(SEQ_LEN + 1) * 1024,
+        item_loader=TokensLoader(), num_workers=1,
+    )  # fmt: skip
+    ds = LitDataset(str(out), item_loader=TokensLoader(block_size=SEQ_LEN), shuffle=True)
+    return drain(LitLoader(ds, batch_size=BATCH), lambda b: b.numel(), seconds)
 
 
 def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
@@ -152,6 +186,7 @@ def main() -> None:
         blocks = len(loader) * BATCH
         print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
         tokens = lambda b: b["input_ids"].numel()  # noqa: E731
+        next(iter(ours(table)))  # warm: Numba's cached kernels load (~1 s) on first use
         rate = drain(loader, tokens, args.seconds)
         rows = [
             ("ours (default read: 128 blocks)", rate, None),
@@ -159,6 +194,9 @@ def main() -> None:
             ("raw Lance scan of the column", drain(raw_read(table), len, args.seconds), rate),
             ("raw take of the same documents", drain(raw_take(ours(table)), int, args.seconds), rate),
         ]  # fmt: skip
+        lit = litdata_tokens(Path(tmp) / "litdata", args.docs, args.seconds)
+        if lit is not None:
+            rows.append(("LitData TokensLoader (shuffle)", lit, rate))
         for name, value, ref in rows:
             ratio = f"   ours / it = {ref / value:.2f}" if ref is not None else ""
             print(f"{name:34s} {value:14,.0f} tokens/s{ratio}")
