@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import NDArray
 
+from loader import args
 from loader.plan import PlanSpec
 from loader.sources import ResolvedSource, open_source
 
@@ -89,16 +90,19 @@ def pack_spec(
         return None
     if eos_id is None:
         raise ValueError("eos_id is required when pack_sequences is set")
+    token_limit = 2**63  # ids land in int64 tensors
+    seq_len = args.integer("pack_sequences", pack_sequences, 1)
+    eos = args.integer("eos_id", eos_id, -token_limit, token_limit)
+    pad = args.optional_integer("pad_id", pad_id, -token_limit, token_limit)
+    blocks = args.optional_integer("blocks_per_epoch", blocks_per_epoch, 1)
     if columns is None or len(columns) != 1:
         raise ValueError(
             f"pack_sequences needs columns= naming exactly one token column (a list of "
             f"integers), got columns={columns!r}"
         )
-    if blocks_per_epoch is not None and blocks_per_epoch % num_splits:
-        raise ValueError(
-            f"blocks_per_epoch={blocks_per_epoch} must be divisible by num_splits={num_splits}"
-        )
-    return PackSpec(pack_sequences, eos_id, columns[0], pad_id, blocks_per_epoch)
+    if blocks is not None and blocks % num_splits:
+        raise ValueError(f"blocks_per_epoch={blocks} must be divisible by num_splits={num_splits}")
+    return PackSpec(seq_len, eos, columns[0], pad, blocks)
 
 
 def _check_token_column(name: str, column: pa.ChunkedArray | pa.Array) -> None:

@@ -216,6 +216,7 @@ def test_a_row_state_does_not_resume_packed_data_and_back(tmp_path: Path) -> Non
         ({"pack_sequences": 8}, "eos_id is required"),
         ({"pack_sequences": 8, "eos_id": 0, "columns": None}, "exactly one token column"),
         ({"pack_sequences": 0, "eos_id": 0}, "pack_sequences must be"),
+        ({"pack_sequences": 8, "eos_id": 0.5}, "eos_id must be an integer"),
         ({"pack_sequences": 8, "eos_id": 0, "blocks_per_epoch": 3}, "divisible by num_splits"),
         ({"pack_sequences": 8, "eos_id": 0, "blocks_per_epoch": 4}, "pass pad_id"),
         ({"blocks_per_epoch": 4}, "requires pack_sequences"),
@@ -224,7 +225,7 @@ def test_a_row_state_does_not_resume_packed_data_and_back(tmp_path: Path) -> Non
 )
 def test_bad_packing_arguments_say_what_to_fix(kw: dict[str, Any], message: str) -> None:
     args = {"columns": ["tokens"], "num_splits": 2, "rank": 0, "world_size": 1} | kw
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         StreamingDataset(token_table([3] * 10), **args)
 
 
@@ -255,8 +256,9 @@ def test_packed_lance_resume_with_workers_and_checkpoint_file(tmp_path: Path) ->
 def test_dataset_iteration_yields_single_blocks() -> None:
     table = token_table([7] * 12)
     ds = StreamingDataset(
-        table, columns=["tokens"], num_splits=2, rank=0, world_size=1, pack_sequences=8, eos_id=EOS
-    )
+        table, columns=["tokens"], num_splits=2, rank=0, world_size=1,
+        pack_sequences=np.int64(8), eos_id=np.int32(EOS),  # NumPy integers are integers
+    )  # fmt: skip
     blocks = list(ds)
     assert len(blocks) == 2 * ds.units_per_split(0)
     assert blocks[0]["input_ids"].shape == (8,)
