@@ -115,6 +115,8 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
+        total_epochs, total_steps: how long the job means to run, if it knows: the
+            dashboard then shows "epoch x of N" and the job's ETA (telemetry only).
         read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
@@ -143,6 +145,8 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
         run_id: str | None = None,
+        total_epochs: int | None = None,
+        total_steps: int | None = None,
         read_ahead: int = 2,
         read_size: int | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
@@ -178,7 +182,7 @@ class StreamingDataLoader(DataLoader[Any]):
             **kwargs,
         )
         self._task_sampler = sampler
-        self._telemetry = self._connect(telemetry, run_id)
+        self._telemetry = self._connect(telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
     # these report the loader's own values.
@@ -231,7 +235,9 @@ class StreamingDataLoader(DataLoader[Any]):
             yield batch
             waited = time.perf_counter()
         if self._telemetry is not None:
-            self._telemetry.event("epoch_end", epoch=stream.epoch, step=epoch_steps)
+            self._telemetry.event(
+                "epoch_end", epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
+            )
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
@@ -312,7 +318,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
-        return self.streaming_dataset.make_state(self._batching)
+        state = self.streaming_dataset.make_state(self._batching)
+        if self._telemetry is not None:
+            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next
@@ -326,13 +335,18 @@ class StreamingDataLoader(DataLoader[Any]):
                 world_size_after=self.streaming_dataset.world_size,
                 step=state.get("step"),
                 epoch=state.get("epoch"),
+                global_step=self.global_step,
             )
 
     def note_checkpoint_saved(self, path: str | None = None) -> None:
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
         if self._telemetry is not None:
             self._telemetry.event(
-                "checkpoint_saved", path=path, step=self.step, epoch=self.progress.epoch
+                "checkpoint_saved",
+                path=path,
+                step=self.step,
+                epoch=self.progress.epoch,
+                global_step=self.global_step,
             )
 
     def close(self) -> None:
@@ -346,8 +360,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     # -- telemetry ----------------------------------------------------------------------
 
-    def _connect(self, url: str | None, run_id: str | None) -> Any:
-        from loader.telemetry import TelemetryClient
+    def _connect(
+        self, url: str | None, run_id: str | None, total_epochs: int | None, total_steps: int | None
+    ) -> Any:
+        from loader.telemetry import TelemetryClient, job_length
 
         ds = self.streaming_dataset
         static = {
@@ -358,11 +374,11 @@ class StreamingDataLoader(DataLoader[Any]):
             "num_splits": ds.num_splits,
             "rows_per_split": ds.rows_per_split,
             "batch_size": self.batch_size,
+            **job_length(total_epochs, total_steps),
         }
         client = TelemetryClient.from_settings(url, run_id, static)
-        if client is not None:  # a weak reference: the client must not keep the loader alive
-            snapshot = weakref.WeakMethod(self._snapshot)
-            client.set_snapshot(lambda: (snapshot() or dict)())
+        if client is not None:  # held weakly: a collected loader ends its client (`closed`)
+            client.set_snapshot(self._snapshot)
         return client
 
     def _snapshot(self) -> dict[str, Any]:
