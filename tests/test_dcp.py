@@ -27,6 +27,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from loader import StreamingDataLoader, StreamingDataset
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 960, 8, 10, 7
 
 
@@ -94,7 +96,6 @@ def _read(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # no_dist=True
 def test_dcp_save_on_2_ranks_resume_on_1_and_4(tmp_path: Path) -> None:
     uri, out = str(tmp_path / "items.lance"), str(tmp_path)

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
 from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, report_picked_seed, run_rank
 from tests.tables import lancedb_table
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ import lancedb
 import numpy as np
 import orjson
 import pyarrow as pa
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -31,6 +32,8 @@ from dashboard.launch import free_port, start_collector_process
 from loader import StreamingDataLoader, StreamingDataset
 from loader.layout import owned_splits
 from loader.telemetry import TelemetryWarning
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 NUM_ROWS, NUM_SPLITS, BATCH, FIRST = 960, 8, 10, 20
 RUN = "gloo-run"
