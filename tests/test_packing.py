@@ -229,6 +229,7 @@ def test_bad_packing_arguments_say_what_to_fix(kw: dict[str, Any], message: str)
         StreamingDataset(token_table([3] * 10), **args)
 
 
+@pytest.mark.slow
 def test_packed_lance_resume_with_workers_and_checkpoint_file(tmp_path: Path) -> None:
     """Through a real LanceDB table in two fragments: W=2 (one rank with 2 workers) saves a
     checkpoint file mid-epoch; W=1 resumes from it; blocks are the twin's, each once."""
@@ -306,6 +307,7 @@ def test_resume_reads_nothing_before_the_first_batch(monkeypatch: pytest.MonkeyP
     assert len(reads) == 1, "the first batch is one read"
 
 
+@pytest.mark.slow
 def test_packed_batches_do_not_depend_on_read_size_or_workers(tmp_path: Path) -> None:
     lengths = np.random.default_rng(5).integers(0, 40, 90).tolist()
     db = lancedb.connect(str(tmp_path)).create_table("docs", token_table(lengths))

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 REPO = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-9  # float64; the W = 4 and W = 2 sums differ only in order (~1e-15)
 

@@ -157,6 +157,7 @@ def all_batches(source: Any, read_size: int, workers: int) -> list[dict[str, Any
     return list(loader)
 
 
+@pytest.mark.slow
 def test_batches_are_identical_for_any_read_size_and_workers(varlen_lance: Any) -> None:
     runs = {(r, w): all_batches(varlen_lance, r, w) for r, w in [(6, 0), (8192, 0), (12, 2)]}
     base = runs[(8192, 0)]
