@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from loader import args
 from loader.dataset import StreamingDataset
 from loader.mainguard import check_main_guard
+from loader.packing import default_read_size
 from loader.prefetch import map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
@@ -52,7 +53,8 @@ def _clean_worker_context() -> BaseContext:
 
 def _pinned(batch: Any) -> Any:
     if isinstance(batch, dict):
-        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        # tensors, and Ragged columns (which pin their values and offsets)
+        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch.items()}
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
@@ -118,6 +120,8 @@ class StreamingDataLoader(DataLoader[Any]):
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
+            Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
+            worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
             read includes starting the workers). Past it the workers are killed and the loop
@@ -144,7 +148,7 @@ class StreamingDataLoader(DataLoader[Any]):
         total_epochs: int | None = None,
         total_steps: int | None = None,
         read_ahead: int = 2,
-        read_size: int = 8192,
+        read_size: int | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
@@ -158,7 +162,10 @@ class StreamingDataLoader(DataLoader[Any]):
         self.streaming_dataset = dataset
         self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
         self.read_ahead = args.integer("read_ahead", read_ahead, 0)
-        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
+        if read_size is None:
+            read_size = default_read_size(dataset.packing)
+        read_size = args.integer("read_size", read_size, 1)
+        self.batches_per_read = max(1, read_size // batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on
@@ -368,7 +375,15 @@ class StreamingDataLoader(DataLoader[Any]):
             "global_step": self.global_step,
             "splits": [splits.start, splits.stop],
             "cursors": list(self.progress.cursors[splits.start : splits.stop]),
+            **self._tokens(),
         }
+
+    def _tokens(self) -> dict[str, int]:
+        """Tokens handed out this epoch on this rank, when packing (for the dashboard)."""
+        packing = self.streaming_dataset.packing
+        if packing is None:
+            return {}
+        return {"tokens": self.progress.step * self.batch_size * packing.spec.seq_len}
 
 
 def _check_torch_kwargs(
