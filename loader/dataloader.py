@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from loader.dataset import StreamingDataset
-from loader.prefetch import map_ahead
+from loader.prefetch import auto_reads_in_flight, check_reads_in_flight, map_ahead
 from loader.reader import BatchReader
 from loader.stream import BatchTask, RankStream
 
@@ -75,7 +76,13 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
-        read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
+        reads_in_flight: reads running at once in each reading process, to hide the
+            store's latency: with num_workers=0 the next reads run ahead in threads; in a
+            worker each read is cut into that many sub-reads. None: 16 for an object store
+            (shared among workers, at least 2 each), 4 locally with no workers, 1 in a
+            local worker. 0: no threads. The batches and the state are the same whatever
+            it is; memory in flight is at most about reads_in_flight + 2 reads per process.
+            (Replaces `read_ahead`, still accepted with a warning.)
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
@@ -93,7 +100,7 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
         run_id: str | None = None,
-        read_ahead: int = 2,
+        reads_in_flight: int | None = None,
         read_size: int = 8192,
         **kwargs: Any,
     ) -> None:
@@ -111,7 +118,13 @@ class StreamingDataLoader(DataLoader[Any]):
         self.streaming_dataset = dataset
         self._rows_per_batch = batch_size
         self._drop_last = drop_last
-        self.read_ahead = read_ahead
+        if "read_ahead" in kwargs:
+            warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
+            reads_in_flight = kwargs.pop("read_ahead")
+        check_reads_in_flight(reads_in_flight)
+        if reads_in_flight is None:
+            reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
+        self.reads_in_flight = reads_in_flight
         self.batches_per_read = max(1, read_size // batch_size)
         self._stream: RankStream | None = None
         self._yielded = 0
@@ -120,8 +133,9 @@ class StreamingDataLoader(DataLoader[Any]):
         self._base_epoch, self._base = dataset.epoch, 0
         self._started = False
         reader = BatchReader(
-            dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform
-        )
+            dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform,
+            reads_in_flight if num_workers > 0 else 1,
+        )  # fmt: skip
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
@@ -183,11 +197,11 @@ class StreamingDataLoader(DataLoader[Any]):
     def _batches(self, stream: RankStream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
         threaded read-ahead without them."""
-        if self.num_workers > 0 or self.read_ahead < 1:
+        if self.num_workers > 0 or self.reads_in_flight < 1:
             reads: Iterator[list[Any]] = super().__iter__()
         else:
             tasks = stream.tasks(self.batches_per_read)
-            reads = map_ahead(self.dataset.__getitem__, tasks, self.read_ahead)
+            reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
                 reads = ([_pinned(batch) for batch in read] for read in reads)
         return (batch for read in reads for batch in read)

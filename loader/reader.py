@@ -2,7 +2,9 @@
 
 The reader is what DataLoader workers run. It holds only picklable descriptions and opens
 the source lazily in whichever process first reads (Lance is not fork-safe, so a handle
-opened in the parent is never used in a child).
+opened in the parent is never used in a child). A read is cut into up to
+`reads_in_flight` sub-reads run at once (in a worker, where torch hands out one task at a
+time), each retried on transient I/O errors; a read returns every row or raises.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +23,7 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
+from loader.prefetch import take_in_parts, with_retries
 from loader.sources import ResolvedSource, RowSource
 from loader.stream import BatchTask, task_order_indices
 
@@ -37,6 +41,7 @@ class BatchReader(Dataset[list[Any]]):
         transform: Callable[[dict[str, Any]], Any] | None = None,
         on_error: OnError = "raise",
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
+        reads_in_flight: int = 1,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}; expected one of {list(ON_ERROR)}")
@@ -45,13 +50,16 @@ class BatchReader(Dataset[list[Any]]):
         self.transform = transform
         self.on_error = on_error
         self.batch_transform = batch_transform
+        self.reads_in_flight = reads_in_flight
         self._opened: RowSource | None = None
         self._pid = -1
         self._epoch_plan: EpochPlan | None = None
+        self._threads: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_opened"], state["_pid"], state["_epoch_plan"] = None, -1, None
+        state["_threads"] = None
         return state
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
@@ -60,8 +68,28 @@ class BatchReader(Dataset[list[Any]]):
     def _rows(self) -> RowSource:
         if self._opened is None or self._pid != os.getpid():
             self._opened = self.source.spec.open()
+            self._threads = None  # a forked child must not reuse the parent's threads
             self._pid = os.getpid()
         return self._opened
+
+    def _pool(self) -> ThreadPoolExecutor | None:
+        if self.reads_in_flight < 2:
+            return None
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                self.reads_in_flight, thread_name_prefix="elastic-loader-subread"
+            )
+        return self._threads
+
+    def _take(self, positions: NDArray[np.int64]) -> pa.Table:
+        """Every row at `positions`, retrying transient failures; never fewer rows."""
+        uri = self.source.spec.uri
+        table = with_retries(lambda: self._rows().take(positions), uri)
+        if table.num_rows != len(positions):
+            raise RuntimeError(
+                f"a read of {len(positions)} rows from {uri!r} returned {table.num_rows}"
+            )
+        return table
 
     def _plan_of(self, epoch: int) -> EpochPlan:
         if self._epoch_plan is None or self._epoch_plan.epoch != epoch:
@@ -82,7 +110,8 @@ class BatchReader(Dataset[list[Any]]):
     def read(self, positions: NDArray[np.int64]) -> tuple[pa.Table, NDArray[np.int64]]:
         """One read in ascending position order, and the order that restores the request."""
         ascending = np.argsort(positions, kind="stable")
-        table = self._rows().take(positions[ascending])
+        self._rows()  # open (or reopen after a fork) before any sub-read thread starts
+        table = take_in_parts(self._take, positions[ascending], self._pool(), self.reads_in_flight)
         restore = np.empty_like(ascending)
         restore[ascending] = np.arange(len(ascending))
         return table, restore
