@@ -18,7 +18,7 @@ from loader import state as st
 from loader.layout import check_world_size, owned_splits
 from loader.plan import PlanSpec
 from loader.reader import BatchReader, OnError
-from loader.sources import ResolvedSource, resolve_source
+from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.stream import RankStream
 from loader.world import World, agree_with_rank0, resolve_world
 
@@ -220,7 +220,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         saved_version = state[st.KEY_SOURCE].get("version")
         if saved_version is not None and saved_version != resolved.spec.version:
             resolved, plan = self._resolve(saved_version)
-        st.check_source(state, resolved.spec.identity(), self.allow_source_change)
+        saved_source = state[st.KEY_SOURCE]
+        st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
         fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
         if not self.allow_source_change:
             fields.append("num_rows")

@@ -24,7 +24,7 @@ from torch.utils.data import Dataset, default_collate
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
 from loader.prefetch import take_in_parts, with_retries
-from loader.sources import ResolvedSource, RowSource
+from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
 OnError = Literal["raise", "skip", "warn"]
@@ -67,7 +67,7 @@ class BatchReader(Dataset[list[Any]]):
 
     def _rows(self) -> RowSource:
         if self._opened is None or self._pid != os.getpid():
-            self._opened = self.source.spec.open()
+            self._opened = open_source(self.source.spec)
             self._threads = None  # a forked child must not reuse the parent's threads
             self._pid = os.getpid()
         return self._opened

@@ -6,6 +6,7 @@ plan and the source. It means the same on any world size that divides S.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 FORMAT = "elastic-loader/state"
@@ -22,8 +23,11 @@ KEY_WORLD_SIZE = "world_size"
 KEY_STEP = "step"
 
 # Source fields that must match for a resume to read the same rows. The version is not
-# here: a resume reopens the table at the state's version instead of comparing it.
-SOURCE_IDENTITY = ("kind", "uri", "table", "columns")
+# here: a resume reopens the table at the state's version instead of comparing it; the
+# `version_id` of that version (a Lance content identity) must then match. States written
+# before `version_id` existed lack it and skip that one comparison.
+SOURCE_IDENTITY = ("kind", "uri", "table", "columns", "fingerprint", "version_id")
+OPTIONAL_SOURCE_FIELDS = ("version_id",)
 
 
 def make_state(
@@ -83,14 +87,30 @@ def check_plan(state: dict[str, Any], plan: dict[str, Any], fields: tuple[str, .
 def check_source(state: dict[str, Any], source: dict[str, Any], allow_change: bool) -> None:
     """Same table (and, for unpinnable sources, same fingerprint) unless allowed to differ."""
     saved = state[KEY_SOURCE]
-    fields = (*SOURCE_IDENTITY, "fingerprint")
-    for name in fields:
-        if saved.get(name) != source.get(name) and not allow_change:
+    if allow_change:
+        return
+    _check_relative_uri(saved.get("uri"))
+    for name in SOURCE_IDENTITY:
+        if name in OPTIONAL_SOURCE_FIELDS and name not in saved:
+            continue
+        if saved.get(name) != source.get(name):
             raise ValueError(
                 f"loader state was saved from source.{name}={saved.get(name)!r} but this dataset "
                 f"reads source.{name}={source.get(name)!r}; the data read would differ. Pass "
                 f"allow_source_change=True to resume anyway"
             )
+
+
+def _check_relative_uri(uri: Any) -> None:
+    """States written before URIs were made absolute may hold a path relative to a working
+    directory that is unknown now: which table it meant cannot be told, so refuse."""
+    if isinstance(uri, str) and uri and "://" not in uri and not os.path.isabs(uri):
+        raise ValueError(
+            f"loader state was saved with the relative source.uri={uri!r} (written by an older "
+            f"elastic-loader, relative to the working directory of that run); which table it meant "
+            f"cannot be told. Pass allow_source_change=True to resume anyway if this dataset "
+            f"reads that table"
+        )
 
 
 def check_cursors(state: dict[str, Any], num_splits: int, rows_per_split: int) -> list[int]:

@@ -11,7 +11,7 @@ import torch
 
 from loader import StreamingDataLoader, StreamingDataset, convert
 from loader.reader import BatchReader
-from loader.sources.open import LanceRows
+from loader.sources.lance import LanceRows
 
 
 def batches(

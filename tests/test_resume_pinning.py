@@ -24,6 +24,8 @@ import torch
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
 from loader.checkpoint import CheckpointError, restore
 from loader.inspect import print_inspect
+from loader.sources import PinnedVersionGoneError
+from loader.sources.arrow import legacy_table_fingerprint
 
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 1200, 8, 32, 9
 
@@ -273,3 +275,98 @@ def test_damaged_file_never_resumes(db: str, tmp_path: Path, damage: str) -> Non
     with pytest.raises(CheckpointError, match=str(path)):
         restore(dl, path)
     assert sorted(_ids(dl)) == list(range(NUM_ROWS))  # a fresh epoch, not a guessed position
+
+
+# ---------------------------------------------------------------- identity (issue 10: 1, 2, 4, 17)
+
+
+def test_table_dropped_and_recreated_is_refused_naming_version_id(db: str, tmp_path: Path) -> None:
+    """Same name, schema, rows and version number: only the version's files tell them apart."""
+    path = tmp_path / "ckpt.json"
+    _read_then_save(_loader(_table(db)), path)
+    saved = checkpoint.load(path)["source"]
+    connection = lancedb.connect(db)
+    connection.drop_table("items")
+    recreated = connection.create_table("items", _rows(0, NUM_ROWS))
+    assert recreated.version == saved["version"]
+
+    dl = _loader(_table(db))
+    with pytest.raises(CheckpointError) as info:
+        restore(dl, path)
+    assert "source.version_id" in str(info.value) and str(path) in str(info.value)
+    assert dl.state_dict()["cursors"] == [0] * NUM_SPLITS
+
+
+def test_state_without_version_id_still_loads(db: str, tmp_path: Path) -> None:
+    """States written before `version_id` existed skip that one check (documented)."""
+    dl = _loader(_table(db))
+    it = iter(dl)
+    head = _ids(next(it) for _ in range(BATCHES_BEFORE))
+    state = dl.state_dict()
+    del state["source"]["version_id"]
+    resumed = _loader(_table(db))
+    resumed.load_state_dict(state)
+    assert sorted(head + _ids(resumed)) == list(range(NUM_ROWS))
+
+
+def test_uri_is_absolute_and_another_working_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, path = tmp_path / "a", tmp_path / "b", tmp_path / "ckpt.json"
+    for root, start in ((first, 0), (second, 5000)):
+        lance.write_dataset(_rows(start, start + NUM_ROWS), str(root / "data" / "items.lance"))
+    monkeypatch.chdir(first)
+    _read_then_save(_loader("data/items.lance"), path)
+    assert checkpoint.load(path)["source"]["uri"] == str(first / "data" / "items.lance")
+
+    monkeypatch.chdir(second)
+    with pytest.raises(CheckpointError, match=r"source\.uri=.*/a/data/items\.lance"):
+        restore(_loader("data/items.lance"), path)
+    monkeypatch.chdir(first)  # the same table by another spelling resumes
+    restore(_loader(f"file://{first}/data/../data/items.lance"), path)
+
+
+def test_old_state_with_a_relative_uri_is_refused_unless_allowed(db: str) -> None:
+    dl = _loader(_table(db))
+    state = dl.state_dict()
+    state["source"]["uri"] = "db/items.lance"
+    with pytest.raises(ValueError, match=r"relative source\.uri='db/items\.lance'"):
+        _loader(_table(db)).load_state_dict(state)
+    _loader(_table(db), allow_source_change=True).load_state_dict(state)
+
+
+def test_arrow_table_differing_only_in_the_middle_is_refused() -> None:
+    table = _rows(0, NUM_ROWS)
+    changed = table.set_column(0, "id", pa.array([*range(600), -1, *range(601, NUM_ROWS)]))
+    dl = _loader(table)
+    state = dl.state_dict()
+    _loader(pa.concat_tables([table.slice(0, 100), table.slice(100)])).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"source\.fingerprint"):
+        _loader(changed).load_state_dict(state)
+
+
+def test_arrow_state_with_the_legacy_fingerprint_still_loads() -> None:
+    """States written before the full fingerprint are compared with the one they carry."""
+    table = _rows(0, NUM_ROWS)
+    state = _loader(table).state_dict()
+    state["source"]["fingerprint"] = legacy_table_fingerprint(table)
+    _loader(table).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"source\.fingerprint='sha256:"):
+        _loader(_rows(1, NUM_ROWS + 1)).load_state_dict(state)
+
+
+@pytest.mark.filterwarnings("ignore:optimize.cleanup_older_than=0.:UserWarning")
+def test_cleanup_during_the_epoch_says_the_pinned_version_was_removed(db: str) -> None:
+    dataset = StreamingDataset(_table(db), num_splits=NUM_SPLITS, rank=0, world_size=1)
+    dl = StreamingDataLoader(dataset, batch_size=BATCH, read_size=BATCH)  # a read per batch
+    it = iter(dl)
+    next(it)
+    pinned = dl.streaming_dataset.source.spec.version
+    table = _table(db)
+    table.add(_rows(0, NUM_ROWS), mode="overwrite")
+    table.optimize(cleanup_older_than=dt.timedelta(0), delete_unverified=True)
+    with pytest.raises(PinnedVersionGoneError) as info:
+        list(it)
+    message = str(info.value)
+    assert f"version {pinned}" in message and "were removed" in message
+    assert "fresh state" in message and "tags.create" in message

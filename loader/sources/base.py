@@ -1,7 +1,12 @@
-"""The seam between the loader and storage: a Protocol and a picklable spec."""
+"""The seam between the loader and storage: what a source is, and the errors it raises.
+
+Backends (one module each: `lance`, `arrow`) import this module; the registry imports the
+backends. Nothing here imports a backend, so there is no import cycle.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,8 +29,11 @@ class RowSource(Protocol):
 class SourceSpec:
     """Everything needed to reopen the same rows in another process.
 
-    `data` carries an in-memory Arrow table (it travels to spawned workers by pickling);
-    `storage_options` are passed to Lance for object stores. Neither is identity.
+    `uri` is absolute and normalised (a local path made absolute, an object-store URI kept
+    as a URI). `version_id` identifies the content of a pinned Lance version in a way a
+    table dropped and recreated cannot reproduce. `storage_options` (credentials, endpoint)
+    travel to workers by pickling but are never identity, never in a state, never in a
+    repr; `data` carries what a worker needs to reopen an Arrow/Parquet source.
     """
 
     kind: str
@@ -34,7 +42,8 @@ class SourceSpec:
     version: int | None = None
     columns: tuple[str, ...] | None = None
     fingerprint: str | None = None
-    storage_options: dict[str, str] | None = field(default=None, compare=False)
+    version_id: str | None = None
+    storage_options: dict[str, str] | None = field(default=None, compare=False, repr=False)
     data: Any = field(default=None, compare=False, repr=False)
 
     def identity(self) -> dict[str, Any]:
@@ -44,14 +53,10 @@ class SourceSpec:
             "uri": self.uri,
             "table": self.table,
             "version": self.version,
+            "version_id": self.version_id,
             "columns": list(self.columns) if self.columns is not None else None,
             "fingerprint": self.fingerprint,
         }
-
-    def open(self) -> RowSource:
-        from loader.sources.open import open_source
-
-        return open_source(self)
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,41 @@ class ResolvedSource:
     num_rows: int
     rows: NDArray[np.int64] | None
     filter: str | None
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What the user asked of a source, besides the source itself."""
+
+    columns: tuple[str, ...] | None
+    filter: Any
+    version: int | None
+    storage_options: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One kind of source: which inputs it takes, how it pins them, how a worker reopens them."""
+
+    kind: str
+    accepts: Callable[[Any], bool]
+    resolve: Callable[[Any, SourceRequest], ResolvedSource]
+    open: Callable[[SourceSpec], RowSource]
+    # The spec's identity as a saved one computed it (a state from before a scheme changed).
+    identity_for: Callable[[SourceSpec, dict[str, Any]], dict[str, Any]] | None = None
+
+
+class SourceUnreachableError(ConnectionError):
+    """The store holding the table cannot be reached or refuses our credentials."""
+
+
+class PinnedVersionGoneError(ValueError):
+    """The version a run is pinned to (or its data files) no longer exists."""
+
+
+def check_columns(columns: tuple[str, ...] | None, available: list[str], where: str) -> None:
+    if columns is None:
+        return
+    unknown = [c for c in columns if c not in available]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown} for {where}; available columns: {available}")

@@ -1,0 +1,137 @@
+"""Where a table lives: normalised URIs, storage options, and errors that never leak secrets.
+
+Storage options are Lance's (`endpoint`, `region`, `allow_http`, `aws_access_key_id`,
+`aws_secret_access_key`, `aws_session_token`, ...). The same dictionary opens Lance
+datasets, LanceDB tables and, mapped here, Parquet files through `pyarrow.fs`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from loader.sources.base import SourceUnreachableError
+
+# Option values that are safe to print; every other value is treated as a secret.
+PUBLIC_OPTIONS = frozenset(
+    {"endpoint", "aws_endpoint", "region", "aws_region", "allow_http", "aws_allow_http"}
+)
+_CLOUD_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
+_SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_object_store(uri: str) -> bool:
+    """A URI with a scheme other than file:// (s3://, gs://, az://, ...)."""
+    return bool(_SCHEME.match(uri)) and not uri.startswith("file://")
+
+
+def normalise_uri(uri: str | os.PathLike[str]) -> str:
+    """Absolute and normalised: local paths (and file:// URIs) become absolute paths;
+    object-store URIs stay URIs, without a trailing slash."""
+    text = os.fspath(uri)
+    if is_object_store(text):
+        return text.rstrip("/")
+    if text.startswith("file://"):
+        text = unquote(urlsplit(text).path)
+    return os.path.normpath(os.path.abspath(text))
+
+
+def options_of(handle: Any) -> dict[str, str] | None:
+    """The storage options a LanceDB table or Lance dataset was opened with, if any."""
+    for name in ("initial_storage_options", "_storage_options"):
+        value = getattr(handle, name, None)
+        if callable(value):
+            try:
+                value = value()
+            except Exception:  # an internal API in lancedb 0.40: absence is not an error
+                value = None
+        if value:
+            return {k: str(v) for k, v in value.items() if k != "user_agent"}
+    return None
+
+
+def merge_options(
+    found: dict[str, str] | None, explicit: dict[str, str] | None
+) -> dict[str, str] | None:
+    """The table's own options, with each explicitly passed option winning."""
+    merged = {**(found or {}), **(explicit or {})}
+    return merged or None
+
+
+def _secret_environment() -> dict[str, str]:
+    """Credentials the object-store clients read from the environment (AWS_*, AZURE_*, ...)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_CLOUD_PREFIXES) and any(w in name for w in _SECRET_WORDS)
+    }
+
+
+def redact(text: str, options: dict[str, str] | None) -> str:
+    """`text` with every secret value (of the options or the environment) replaced by '***'."""
+    secrets = {k: v for k, v in (options or {}).items() if k not in PUBLIC_OPTIONS}
+    for value in (*secrets.values(), *_secret_environment().values()):
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def describe_options(options: dict[str, str] | None) -> str:
+    if not options:
+        return "no storage_options"
+    return "storage_options with keys " + ", ".join(sorted(options)) + " (values not shown)"
+
+
+def _likely_missing(uri: str, options: dict[str, str] | None, error: str) -> str:
+    keys = set(options or {})
+    lowered = error.lower()
+    if "region" in lowered or (uri.startswith("s3://") and not keys & {"region", "aws_region"}):
+        return "'region' (e.g. storage_options={'region': 'us-east-1', ...})"
+    if any(w in lowered for w in ("403", "forbidden", "credential", "signature", "access denied")):
+        return "credentials ('aws_access_key_id'/'aws_secret_access_key', or a session token)"
+    if "http" in lowered and "allow_http" not in keys and "http://" in str(options):
+        return "'allow_http': 'true' for an http:// endpoint"
+    return "'endpoint' (is the store's address right and is it running?) or credentials"
+
+
+def unreachable(uri: str, options: dict[str, str] | None, err: BaseException) -> Exception:
+    """An error saying the store at `uri` cannot be reached or authorised, and what to check."""
+    detail = redact(str(err), options)
+    return SourceUnreachableError(
+        f"cannot reach or authorise the store holding {uri!r} (opened with "
+        f"{describe_options(options)}): {detail}. Likely missing or wrong: "
+        f"{_likely_missing(uri, options, detail)}. Pass storage_options= to StreamingDataset, "
+        f"or open the LanceDB connection with them"
+    )
+
+
+def pyarrow_filesystem(uri: str, options: dict[str, str] | None) -> tuple[Any, str]:
+    """A pyarrow filesystem for `uri` with the same options mapped, and the path inside it."""
+    from pyarrow import fs
+
+    if not is_object_store(uri):
+        return fs.LocalFileSystem(), normalise_uri(uri)
+    scheme, rest = uri.split("://", 1)
+    if scheme not in ("s3", "s3a"):
+        filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://: pyarrow's own config
+        return filesystem, path
+    opts = options or {}
+    kwargs: dict[str, Any] = {}
+    for ours, theirs in (
+        ("aws_access_key_id", "access_key"),
+        ("aws_secret_access_key", "secret_key"),
+        ("aws_session_token", "session_token"),
+        ("region", "region"),
+        ("aws_region", "region"),
+    ):
+        if ours in opts:
+            kwargs[theirs] = opts[ours]
+    endpoint = opts.get("endpoint") or opts.get("aws_endpoint")
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        kwargs["endpoint_override"] = parts.netloc
+        kwargs["scheme"] = parts.scheme
+    return fs.S3FileSystem(**kwargs), rest.rstrip("/")

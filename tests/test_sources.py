@@ -1,0 +1,124 @@
+"""Sources behind one registry: each backend its own module, no import cycle, clear refusals.
+
+Real tables on disk (tests/tables.py); the resume-identity cases live in
+test_resume_pinning.py and the object-store cases in test_sources_s3.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
+
+import loader.sources as sources_package
+from loader import StreamingDataset
+from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
+from loader.sources.arrow import table_fingerprint
+from loader.sources.storage import normalise_uri, redact
+from tests.tables import make_rows
+
+
+def _imports_within(package: Path, name: str) -> set[str]:
+    tree = ast.parse((package / f"{name}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("loader.sources."):
+            found.add(node.module.rsplit(".", 1)[1])  # type: ignore[union-attr]
+    return found
+
+
+def test_source_modules_import_without_a_cycle() -> None:
+    package = Path(sources_package.__file__).parent
+    graph = {p.stem: _imports_within(package, p.stem) for p in package.glob("[!_]*.py")}
+    assert graph["base"] == set(), "base is the seam: it imports no backend"
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module not in done:
+            for child in graph[module]:
+                visit(child, (*path, module))
+            done.add(module)
+
+    for module in graph:
+        visit(module, ())
+
+
+def test_registry_knows_each_kind_and_lists_them_for_an_unknown_one() -> None:
+    assert sorted(SOURCES) == ["arrow", "lance", "lancedb", "parquet"]
+    with pytest.raises(ValueError, match="unknown source kind 'delta'; known kinds: arrow, lance"):
+        open_source(SourceSpec("delta", "/data/t"))
+    with pytest.raises(TypeError, match=r"unsupported source dict.*known kinds: arrow, lance"):
+        resolve_source({"id": [1]})
+
+
+@pytest.mark.parametrize(
+    ("second", "complaint"),
+    [
+        (make_rows(300, 600).set_column(0, "id", pa.array([str(i) for i in range(300, 600)])),
+         "has column 'id' as string where the dataset has int64"),
+        (make_rows(300, 600).drop_columns(["label"]), "lacks columns ['label']"),
+        (make_rows(300, 600).append_column("extra", pa.array(range(300))),
+         "has columns ['extra'] that the dataset's schema does not"),
+    ],
+    ids=["int-became-string", "dropped-column", "extra-column"],
+)  # fmt: skip
+def test_parquet_files_with_another_schema_are_refused_naming_the_file(
+    tmp_path: Path, second: pa.Table, complaint: str
+) -> None:
+    pq.write_table(make_rows(0, 300), tmp_path / "part-0.parquet")
+    pq.write_table(second, tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError) as info:
+        StreamingDataset(str(tmp_path), num_splits=2, rank=0, world_size=1)
+    message = str(info.value)
+    assert str(tmp_path / "part-1.parquet") in message and complaint in message
+
+
+def test_parquet_uri_is_absolute(parquet_rows: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(parquet_rows.parent)
+    ds = StreamingDataset(parquet_rows.name, num_splits=2, rank=0, world_size=1)
+    assert ds.source.spec.uri == str(parquet_rows)
+    assert all(Path(f).is_absolute() for f in ds.source.spec.data[0])
+
+
+@given(
+    rows=st.integers(1, 3000),
+    cuts=st.lists(st.integers(0, 3000), max_size=4),
+    changed=st.integers(0, 2999),
+)
+@hyp_settings(max_examples=40)
+def test_arrow_fingerprint_covers_every_value_and_ignores_chunking(
+    rows: int, cuts: list[int], changed: int
+) -> None:
+    table = make_rows(0, rows)
+    bounds = sorted({0, rows, *(c for c in cuts if c < rows)})
+    rechunked = pa.concat_tables([table.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
+    assert table_fingerprint(rechunked) == table_fingerprint(table)
+    row = changed % rows
+    ids = table.column("id").to_pylist()
+    ids[row] = -1
+    assert table_fingerprint(table.set_column(0, "id", pa.array(ids))) != table_fingerprint(table)
+
+
+@given(parts=st.lists(st.sampled_from(["a", "b.lance", "..", ".", ""]), max_size=5))
+def test_uris_are_absolute_normalised_and_stable(parts: list[str]) -> None:
+    local = normalise_uri("/".join(parts) or ".")
+    assert os.path.isabs(local) and normalise_uri(local) == local
+    assert normalise_uri(f"file://{local}") == local
+    remote = "s3://bucket/" + "/".join(p for p in parts if p not in ("..", "."))
+    assert normalise_uri(remote + "/") == remote.rstrip("/") == normalise_uri(remote)
+
+
+def test_redact_hides_option_and_environment_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    options = {"endpoint": "http://127.0.0.1:9", "aws_secret_access_key": "opt-secret-value"}
+    text = redact("GET http://127.0.0.1:9 key=opt-secret-value env=env-secret-value", options)
+    assert text == "GET http://127.0.0.1:9 key=*** env=***"
