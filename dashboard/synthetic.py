@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from dashboard.placement import owned_splits
+from loader.layout import owned_splits
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,38 @@ Each subcommand parses its arguments and calls one public function; no logic liv
 from __future__ import annotations
 
 import argparse
+import decimal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.replace(",", " ").split()]
+def _count(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `low`, written plainly or as `2e12` / `1_000`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = decimal.Decimal(text.strip())
+        except decimal.InvalidOperation:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value.is_finite() or value != value.to_integral_value():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is below {low}; it must be >= {low}")
+        return int(value)
+
+    return parse
+
+
+def _world_sizes(text: str) -> list[int]:
+    parse = _count(1)
+    return [parse(part) for part in text.replace(",", " ").split()]
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE")
+    return key.strip(), value
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -19,14 +45,25 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="what a (rows, num_splits) layout supports")
-    plan.add_argument("--rows", type=int, required=True, help="rows N after the filter")
-    plan.add_argument("--num-splits", type=int, required=True, help="S")
-    plan.add_argument("--world-sizes", type=_ints, default=None, help="e.g. '4,6,8'")
-    plan.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
-    plan.add_argument("--global-batch", type=int, default=None, help="G = W * batch_size")
+    plan.add_argument("--rows", type=_count(1), required=True, help="rows N after the filter")
+    plan.add_argument("--num-splits", type=_count(1), required=True, help="S")
+    plan.add_argument("--world-sizes", type=_world_sizes, default=None, help="e.g. '4,6,8'")
+    plan.add_argument(
+        "--num-workers", type=_count(0), default=0, help="DataLoader workers per rank"
+    )
+    plan.add_argument("--global-batch", type=_count(1), default=None, help="G = W * batch_size")
 
-    inspect = sub.add_parser("inspect", help="describe a checkpoint file")
+    inspect = sub.add_parser("inspect", help="describe a checkpoint file (path or s3:// URI)")
     inspect.add_argument("path")
+    inspect.add_argument(
+        "--storage-option",
+        type=_storage_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="for s3:// URIs, as Lance takes them (endpoint, allow_http, region, "
+        "aws_access_key_id, ...); AWS_* environment variables fill the rest",
+    )
 
     dash = sub.add_parser("dashboard", help="start the collector and the Streamlit dashboard")
     dash.add_argument("--host", default="127.0.0.1")
@@ -42,17 +79,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plan":
         from loader.planner import print_plan
 
-        return print_plan(
-            rows=args.rows,
-            num_splits=args.num_splits,
-            world_sizes=args.world_sizes,
-            num_workers=args.num_workers,
-            global_batch=args.global_batch,
-        )
+        try:
+            return print_plan(
+                rows=args.rows,
+                num_splits=args.num_splits,
+                world_sizes=args.world_sizes,
+                num_workers=args.num_workers,
+                global_batch=args.global_batch,
+            )
+        except ValueError as exc:
+            print(f"elastic-loader plan: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "inspect":
         from loader.inspect import print_inspect
 
-        return print_inspect(args.path)
+        return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
     from dashboard.launch import run_dashboard
 
     return run_dashboard(

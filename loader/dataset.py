@@ -215,7 +215,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         A LanceDB/Lance source is reopened at the state's version first, so the plan is
         rebuilt on exactly the rows the saved run was reading.
         """
-        st.check_header(state)
+        st.check_state(state)
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
         if saved_version is not None and saved_version != resolved.spec.version:

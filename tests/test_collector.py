@@ -28,15 +28,9 @@ from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
 from dashboard.launch import free_port, run_dashboard, start_dashboard
-from dashboard.placement import (
-    RankRate,
-    owned_splits,
-    owners,
-    plan_fits,
-    stragglers,
-    supported_world_sizes,
-)
+from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader.layout import owned_splits, supported_world_sizes
 
 T0 = 1_700_000_000.0
 BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
@@ -83,15 +77,6 @@ def test_placement_follows_the_contract() -> None:
     assert owners(4, 8) == [0, 0, 1, 1, 2, 2, 3, 3]
     with pytest.raises(ValueError, match=r"supports world sizes \[1, 2, 3, 4, 6, 12\]"):
         owners(5, 12)
-
-
-def test_plan_fits_counts_batches_and_dropped_rows() -> None:
-    dropped, fits = plan_fits(1003, 8, [2, 3, 4], 40, drop_last=True)
-    assert dropped == 3  # 1003 - 8 * 125
-    by_w = {f.world_size: f for f in fits}
-    assert not by_w[3].fits and "not a multiple of W" in by_w[3].reason
-    assert (by_w[4].per_rank_batch, by_w[4].batches_per_epoch) == (10, 25)  # 250 rows / 10
-    assert by_w[2].elastic and by_w[2].batches_per_epoch == 25
 
 
 def test_stragglers_name_the_rank_that_waits() -> None:

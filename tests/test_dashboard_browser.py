@@ -19,8 +19,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from dashboard.launch import DashboardHandle, start_dashboard
-from dashboard.placement import owned_splits
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader.layout import owned_splits
 from loader.telemetry import TelemetryClient
 
 ARTIFACTS = Path(__file__).parent / "artifacts"

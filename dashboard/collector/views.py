@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 from dashboard.collector.store import Store
-from dashboard.placement import RankRate, owners, stragglers, supported_world_sizes
+from dashboard.placement import RankRate, owners, stragglers
+from loader.layout import supported_world_sizes
 
 MAX_POINTS = 2000
 STRAGGLER_WINDOW_S = 30.0
