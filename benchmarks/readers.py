@@ -58,6 +58,14 @@ def _torch_kwargs(case: Case, context: str | None = None) -> dict[str, Any]:
 # -- ours -------------------------------------------------------------------------------
 
 
+def _ours_kwargs(case: Case) -> dict[str, Any]:
+    """The torch arguments, and ours' reads in flight when the case sets them."""
+    kw = _torch_kwargs(case)
+    if case.reads_in_flight is not None:
+        kw["reads_in_flight"] = case.reads_in_flight
+    return kw
+
+
 def _ours_dataset(case: Case) -> Any:
     """Our StreamingDataset on the LanceDB table, S = ``case.num_splits``."""
     import lancedb
@@ -82,7 +90,7 @@ def ours(case: Case) -> Result:
     from loader import StreamingDataLoader
 
     def make() -> Any:
-        return StreamingDataLoader(_ours_dataset(case), **_torch_kwargs(case))
+        return StreamingDataLoader(_ours_dataset(case), **_ours_kwargs(case))
 
     return drain(make, _dict_rows, case)
 
@@ -109,7 +117,7 @@ def ours_resume(case: Case) -> Result:
 
     from loader import StreamingDataLoader
 
-    kw = _torch_kwargs(case)
+    kw = _ours_kwargs(case)
     next(iter(StreamingDataLoader(_ours_dataset(case), **kw)))  # warm-up, not timed
     t0 = time.perf_counter()
     dl = StreamingDataLoader(_ours_dataset(case), **kw)

@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from loader.sources.storage import is_object_store
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -35,15 +37,9 @@ FIRST_BACKOFF_S = 0.1  # ... after 0.1, 0.2, 0.4 s
 MIN_ROWS_PER_PART = 1024  # a sub-read smaller than this costs more than it hides
 
 
-def is_object_store(uri: str) -> bool:
-    """True for s3://, gs://, az://, … (anything with a scheme but file:// and memory://)."""
-    scheme, sep, _ = uri.partition("://")
-    return bool(sep) and scheme not in ("file", "memory")
-
-
 def auto_reads_in_flight(uri: str, num_workers: int) -> int:
     """The default: many reads for an object store, a few locally; a worker gets its share."""
-    if is_object_store(uri):
+    if is_object_store(uri) and not uri.startswith("memory://"):  # memory: an Arrow table
         return max(2, OBJECT_STORE_READS // max(1, num_workers))
     return LOCAL_READS if num_workers == 0 else 1
 

@@ -67,6 +67,7 @@ def test_the_default_follows_the_source(big_table: Any) -> None:
     assert auto_reads_in_flight("s3://bucket/db/t.lance", 0) == 16
     assert auto_reads_in_flight("gs://bucket/t.lance", 4) == 4
     assert auto_reads_in_flight("file:///data/t.lance", 0) == 4
+    assert auto_reads_in_flight("memory://arrow-table", 0) == 4
     with pytest.raises(ValueError, match="reads_in_flight=-1"):
         _loader(big_table, reads_in_flight=-1)
     with pytest.warns(DeprecationWarning, match="reads_in_flight"):
