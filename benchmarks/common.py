@@ -198,5 +198,6 @@ def env_threads() -> dict[str, str]:
     """Environment for measured processes: Numba's workqueue layer (fork-safe)."""
     env = dict(os.environ)
     env.setdefault("NUMBA_THREADING_LAYER", "workqueue")
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE / "stubs"), str(HERE)])
+    # the repository root first: this checkout's `loader` (and tests' S3 helpers) win
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE / "stubs"), str(HERE)])
     return env

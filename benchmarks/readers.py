@@ -35,6 +35,7 @@ from common import (
     lance_path,
     rank_slice,
 )
+from s3_readers import ours_s3, raw_take_s3
 
 SEED = 0
 SPAWN = "forkserver"  # lancedb.streaming segfaults in forked workers (environment notes)
@@ -401,4 +402,6 @@ READERS: dict[str, Callable[[Case], Result]] = {
     "mosaic": mosaic,
     "mosaic_resume": mosaic_resume,
     "lance_torch": lance_torch,
+    "ours_s3": ours_s3,
+    "raw_take_s3": raw_take_s3,
 }
