@@ -62,13 +62,16 @@ class _Link:
     awaiting_request: bool = True
     cut_left: int | None = None
     closed: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
-        if self.closed.is_set():
-            return
-        self.closed.set()
+        with self.lock:  # both pumps close a link when either side ends
+            if self.closed.is_set():
+                return
+            self.closed.set()
         # SO_LINGER 0: the client sees a reset, as when a store's connection dies.
-        self.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with contextlib.suppress(OSError):
+            self.client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         for sock in (self.client, self.upstream):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
