@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -85,7 +86,16 @@ def save(
     _check_plain(state, target, "payload")
     _check_state(target, dict(state))  # never write a file that `load` would refuse
     io.write(target, encode(state), storage_options)
+    _tell_telemetry(state, target)
     return target
+
+
+def _tell_telemetry(state: Mapping[str, Any], target: Path | str) -> None:
+    """Put the checkpoint on the dashboard's timeline: live telemetry clients of this process
+    whose loader is at `state` send it (telemetry off: the module was never imported)."""
+    telemetry = sys.modules.get("loader.telemetry")
+    if telemetry is not None:
+        telemetry.checkpoint_saved(state, target)
 
 
 def encode(state: Mapping[str, Any]) -> bytes:

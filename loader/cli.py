@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import importlib
 import sys
 from collections.abc import Callable, Sequence
+
+# The dashboard is its own package with its own entry point; the loader does not import it
+# (so `loader` works without FastAPI/Streamlit). `elastic-loader dashboard ARGS` hands ARGS
+# to this module's `main` by name.
+DASHBOARD_ENTRY = "dashboard.launch"
 
 
 def _count(low: int) -> Callable[[str], int]:
@@ -65,16 +71,33 @@ def _build_parser() -> argparse.ArgumentParser:
         "aws_access_key_id, ...); AWS_* environment variables fill the rest",
     )
 
-    dash = sub.add_parser("dashboard", help="start the collector and the Streamlit dashboard")
-    dash.add_argument("--host", default="127.0.0.1")
-    dash.add_argument("--port", type=int, default=8765, help="collector port")
-    dash.add_argument("--ui-port", type=int, default=8501, help="Streamlit port")
-    dash.add_argument("--token", default=None, help="required to bind beyond loopback")
-    dash.add_argument("--db", default="dashboard.db", help="SQLite file for events")
+    dash = sub.add_parser(
+        "dashboard",
+        help="start the collector and the Streamlit dashboard (= elastic-loader-dashboard)",
+        add_help=False,
+    )
+    dash.add_argument("args", nargs=argparse.REMAINDER, help="see elastic-loader-dashboard -h")
     return parser
 
 
+def _dashboard(args: list[str]) -> int:
+    try:
+        launch = importlib.import_module(DASHBOARD_ENTRY)
+    except ImportError as exc:
+        print(
+            f"elastic-loader dashboard: the dashboard is not importable ({exc}); install the "
+            "package with its dashboard dependencies, then run elastic-loader-dashboard",
+            file=sys.stderr,
+        )
+        return 2
+    code: int = launch.main(args, prog="elastic-loader dashboard")
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dashboard"]:
+        return _dashboard(argv[1:])
     args = _build_parser().parse_args(argv)
     if args.command == "plan":
         from loader.planner import print_plan
@@ -94,11 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loader.inspect import print_inspect
 
         return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
-    from dashboard.launch import run_dashboard
-
-    return run_dashboard(
-        host=args.host, port=args.port, ui_port=args.ui_port, token=args.token, db=args.db
-    )
+    return _dashboard(args.args)
 
 
 if __name__ == "__main__":

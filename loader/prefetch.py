@@ -44,14 +44,6 @@ def auto_reads_in_flight(uri: str, num_workers: int) -> int:
     return LOCAL_READS if num_workers == 0 else 1
 
 
-def check_reads_in_flight(value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(
-            f"reads_in_flight={value!r}; expected an int >= 0 (0: no threads), or None for "
-            f"the default ({OBJECT_STORE_READS} for an object store, {LOCAL_READS} locally)"
-        )
-
-
 def map_ahead(fn: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[R]:
     """`map(fn, items)` with up to `depth` calls running ahead in threads, in order."""
     if depth < 1:

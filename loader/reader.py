@@ -2,9 +2,9 @@
 
 The reader is what DataLoader workers run. It holds only picklable descriptions and opens
 the source lazily in whichever process first reads (Lance is not fork-safe, so a handle
-opened in the parent is never used in a child). A read is cut into up to
-`reads_in_flight` sub-reads run at once (in a worker, where torch hands out one task at a
-time), each retried on transient I/O errors; a read returns every row or raises.
+opened in the parent is never used in a child). A read can be cut into sub-reads run at
+once (in a worker, where torch hands out one task at a time: `batches(task, sub_reads)`),
+each retried on transient I/O errors; a read returns every row or raises.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ class BatchReader(Dataset[list[Any]]):
         transform: Callable[[dict[str, Any]], Any] | None = None,
         on_error: OnError = "raise",
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
-        reads_in_flight: int = 1,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}; expected one of {list(ON_ERROR)}")
@@ -50,11 +49,11 @@ class BatchReader(Dataset[list[Any]]):
         self.transform = transform
         self.on_error = on_error
         self.batch_transform = batch_transform
-        self.reads_in_flight = reads_in_flight
         self._opened: RowSource | None = None
         self._pid = -1
         self._epoch_plan: EpochPlan | None = None
         self._threads: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -72,12 +71,14 @@ class BatchReader(Dataset[list[Any]]):
             self._pid = os.getpid()
         return self._opened
 
-    def _pool(self) -> ThreadPoolExecutor | None:
-        if self.reads_in_flight < 2:
+    def _pool(self, size: int) -> ThreadPoolExecutor | None:
+        """This process's sub-read threads (none for one sub-read); made once per size."""
+        if size < 2:
             return None
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(
-                self.reads_in_flight, thread_name_prefix="elastic-loader-subread"
+        if self._threads is None or self._pool_size != size:
+            self._threads, self._pool_size = (
+                ThreadPoolExecutor(size, thread_name_prefix="elastic-loader-subread"),
+                size,
             )
         return self._threads
 
@@ -107,18 +108,24 @@ class BatchReader(Dataset[list[Any]]):
         rows = self.source.rows
         return positions if rows is None else rows[positions]
 
-    def read(self, positions: NDArray[np.int64]) -> tuple[pa.Table, NDArray[np.int64]]:
-        """One read in ascending position order, and the order that restores the request."""
+    def read(
+        self, positions: NDArray[np.int64], sub_reads: int = 1
+    ) -> tuple[pa.Table, NDArray[np.int64]]:
+        """One read in ascending position order (in up to `sub_reads` parts at once), and
+        the order that restores the request."""
         ascending = np.argsort(positions, kind="stable")
         self._rows()  # open (or reopen after a fork) before any sub-read thread starts
-        table = take_in_parts(self._take, positions[ascending], self._pool(), self.reads_in_flight)
+        table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
         restore = np.empty_like(ascending)
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
+        return self.batches(task)
+
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
-        table, restore = self.read(self.positions(task))
+        table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:

@@ -25,6 +25,7 @@ KEY_CURSORS = "cursors"
 KEY_SKIPPED = "skipped"
 KEY_WORLD_SIZE = "world_size"
 KEY_STEP = "step"
+KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 
 # Source fields that must match for a resume to read the same rows. The version is not
 # here: a resume reopens the table at the state's version instead of comparing it; the
@@ -35,24 +36,20 @@ OPTIONAL_SOURCE_FIELDS = ("version_id",)
 
 
 def make_state(
-    plan: dict[str, Any],
-    source: dict[str, Any],
-    epoch: int,
-    cursors: list[int],
-    skipped: int,
-    world_size: int,
-    step: int,
+    plan: dict[str, Any], source: dict[str, Any], position: dict[str, Any]
 ) -> dict[str, Any]:
+    """The state: what identifies plan and source, and the position (`Progress.state_dict`)."""
     return {
         KEY_FORMAT: FORMAT,
         KEY_FORMAT_VERSION: FORMAT_VERSION,
         KEY_PLAN: dict(plan),
         KEY_SOURCE: dict(source),
-        KEY_EPOCH: int(epoch),
-        KEY_CURSORS: [int(c) for c in cursors],
-        KEY_SKIPPED: int(skipped),
-        KEY_WORLD_SIZE: int(world_size),
-        KEY_STEP: int(step),
+        KEY_EPOCH: int(position[KEY_EPOCH]),
+        KEY_CURSORS: [int(c) for c in position[KEY_CURSORS]],
+        KEY_SKIPPED: int(position[KEY_SKIPPED]),
+        KEY_WORLD_SIZE: int(position[KEY_WORLD_SIZE]),
+        KEY_STEP: int(position[KEY_STEP]),
+        KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
     }
 
 
@@ -117,6 +114,8 @@ def check_state(state: Any) -> None:
             "no run of this plan can have saved it",
         )
     check_count(KEY_STEP, state[KEY_STEP])
+    if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
+        check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
 
 
 def check_version(field: str, version: Any, supported: int) -> None:

@@ -68,7 +68,7 @@ def test_the_default_follows_the_source(big_table: Any) -> None:
     assert auto_reads_in_flight("gs://bucket/t.lance", 4) == 4
     assert auto_reads_in_flight("file:///data/t.lance", 0) == 4
     assert auto_reads_in_flight("memory://arrow-table", 0) == 4
-    with pytest.raises(ValueError, match="reads_in_flight=-1"):
+    with pytest.raises(ValueError, match="reads_in_flight must be an integer >= 0, got -1"):
         _loader(big_table, reads_in_flight=-1)
     with pytest.warns(DeprecationWarning, match="reads_in_flight"):
         assert _loader(big_table, read_ahead=3).reads_in_flight == 3

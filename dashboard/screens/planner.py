@@ -8,10 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
 from loader.planner import LISTED, plan_report
 
-ui.framed()
 st.header("Planner")
 st.caption(
     "S is fixed for the life of a run; a resume may use any W that divides it. "
