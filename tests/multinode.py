@@ -25,7 +25,8 @@ TRAIN = "examples/train_ddp.py"
 COMMANDS = {
     "tables": "python examples/har_data.py --db $DB --rows $ROWS $OPTIONS",
     "collector": (
-        "ELASTIC_LOADER_DASHBOARD_TOKEN=$TOKEN python -m uvicorn dashboard.collector.main:app "
+        "ELASTIC_LOADER_DASHBOARD_DB=$EVENTS ELASTIC_LOADER_DASHBOARD_TOKEN=$TOKEN "
+        "python -m uvicorn --factory dashboard.collector.main:create_app "
         "--host 127.0.0.1 --port $COLLECTOR_PORT --log-level warning"
     ),
     "node": (

@@ -39,7 +39,12 @@ def job(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     work = tmp_path_factory.mktemp("multinode")
     bucket = s3_server.make_bucket()
     options = " ".join(f"--storage-option {k}={v}" for k, v in s3_server.storage_options.items())
-    values = {"db": f"s3://{bucket}/har.lancedb", "options": options, "token": uuid.uuid4().hex}
+    values = {
+        "db": f"s3://{bucket}/har.lancedb",
+        "options": options,
+        "token": uuid.uuid4().hex,
+        "events": str(work / "events.db"),
+    }
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
     env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
     tables = popen(
