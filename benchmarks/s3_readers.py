@@ -93,10 +93,11 @@ def raw_take_s3(case: Case) -> Result:
 
     from loader import StreamingDataLoader
     from loader.prefetch import map_ahead
+    from loader.progress import Batching
 
     ds = _dataset(case)
     per_read = StreamingDataLoader(ds, batch_size=case.batch_size).batches_per_read
-    stream = ds.peek_stream(case.batch_size, False)
+    stream = ds.progress.peek(Batching(case.batch_size, False))
     reads = [np.sort(ds.reader.positions(task)) for task in stream.tasks(per_read)]
     uri = ds.source.spec.uri
     _, options = _store()
