@@ -21,7 +21,6 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Self
 
 _CHUNK = 1 << 16
 
@@ -101,7 +100,7 @@ class FaultProxy:
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> FaultProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
