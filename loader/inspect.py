@@ -133,7 +133,7 @@ def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("epoch", f"{state[st.KEY_EPOCH]}  ({saver})"),
         ("progress", f"{cursor} min {min(cursors):,} / median {median} / max {max(cursors):,} "
-                     f"of {length:,} {unit} per split"),
+                     f"of {length:,}{' documents' if packed else ''} per split"),
         ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
                    f"splits finished; skipped {skipped}"),
         ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
