@@ -63,6 +63,7 @@ def test_a_packed_run_shows_tokens_and_tokens_per_s(tmp_path: Path) -> None:
             f"{handed} blocks in the progress view",
         )
         throughput = _view(handle.api_url, "lm", "throughput")
+        placement = _view(handle.api_url, "lm", "placement")
         dl.close()
     assert blocks != ds.rows_per_split, "the test needs blocks per split to differ from L"
     assert progress["unit"] == "blocks"
@@ -74,6 +75,8 @@ def test_a_packed_run_shows_tokens_and_tokens_per_s(tmp_path: Path) -> None:
     assert progress["tokens_per_s"] == progress["rows_per_s"] * SEQ_LEN
     assert progress["ranks"][0]["tokens"] == handed * SEQ_LEN
     assert progress["epoch_pct"] == 100.0 * handed / (SPLITS * blocks)
+    [rank] = placement["current"]["ranks"]
+    assert (rank["blocks_per_split"], rank["tokens"]) == (blocks, handed * SEQ_LEN)
     # tokens/s over the last 30 s: the rollup's tokens (blocks x seq_len) over its seconds
     rate = throughput["slowest"][0]["rows_per_s"]
     assert rate > 0

@@ -209,6 +209,8 @@ class RankPublic(BaseModel):
     ts: float
     state: str
     silent_s: float | None
+    tokens: int | None = None  # packed data: tokens handed out this epoch
+    blocks_per_split: int | None = None  # packed data: what the cursors count up to
 
 
 class LayoutPublic(BaseModel):
