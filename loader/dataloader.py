@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -23,10 +22,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from loader import args
 from loader.dataset import StreamingDataset
 from loader.mainguard import check_main_guard
+from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
-from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, Watchdog
+from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
@@ -54,7 +54,8 @@ def _clean_worker_context() -> BaseContext:
 
 def _pinned(batch: Any) -> Any:
     if isinstance(batch, dict):
-        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        # tensors, and Ragged columns (which pin their values and offsets)
+        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch.items()}
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
@@ -78,7 +79,9 @@ class _BatchReads(Dataset[list[Any]]):
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
-        batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
+        reader = self.streaming_dataset.reader
+        reader.sub_reads = self.sub_reads  # this process's reader: a worker's own copy
+        batches = reader[task]
         if self.batch_transform is None:
             return batches
         return [self.batch_transform(batch) for batch in batches]
@@ -130,10 +133,13 @@ class StreamingDataLoader(DataLoader[Any]):
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
+            Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
+            worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
-            (default 600 s; None: forever). Past it the workers are killed and the loop
-            raises `DataWaitTimeout` naming them, so a stopped or stuck worker fails the
-            rank instead of hanging it.
+            (default 600 s; None: forever; read when an iteration starts, and the first
+            read includes starting the workers). Past it the workers are killed and the loop
+            raises `DataWaitTimeout` naming them (within about 5 s more: torch's status-check
+            interval), so a stopped or stuck worker fails the rank instead of hanging it.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
@@ -155,7 +161,7 @@ class StreamingDataLoader(DataLoader[Any]):
         total_epochs: int | None = None,
         total_steps: int | None = None,
         reads_in_flight: int | None = None,
-        read_size: int = 8192,
+        read_size: int | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
@@ -175,11 +181,14 @@ class StreamingDataLoader(DataLoader[Any]):
         if reads_in_flight is None:
             reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
         self.reads_in_flight = reads_in_flight
-        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
+        if read_size is None:
+            read_size = default_read_size(dataset.packing)
+        read_size = args.integer("read_size", read_size, 1)
+        self.batches_per_read = max(1, read_size // batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on
-        self._reads: _WorkerPids | None = None  # the workers of the latest iteration
+        self._latest_workers: WorkerPids | None = None  # of the latest iteration
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
@@ -266,32 +275,15 @@ class StreamingDataLoader(DataLoader[Any]):
     def _from_workers(self) -> Iterator[Any]:
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
         reads = super().__iter__()
-        workers = _WorkerPids(reads)
-        self._reads = workers
-        if self.data_timeout_s is None:
-            yield from (batch for read in reads for batch in read)
-            return
-        watchdog = Watchdog(self.data_timeout_s, workers.pids, self.streaming_dataset.rank)
-        try:
-            while True:
-                watchdog.waiting()
-                try:
-                    read = next(reads)
-                except StopIteration:
-                    return
-                except Exception as err:
-                    watchdog.check(err)
-                    raise
-                watchdog.received()
-                watchdog.check()
-                yield from read
-        finally:
-            watchdog.close()
+        self._latest_workers = WorkerPids(reads)
+        return watched_batches(
+            reads, self.data_timeout_s, self._latest_workers, self.streaming_dataset.rank
+        )
 
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of this loader's live workers (empty before the first iteration)."""
-        return self._reads.pids() if self._reads is not None else []
+        return self._latest_workers.pids() if self._latest_workers is not None else []
 
     def _start_method(self) -> str | None:
         context = self.multiprocessing_context
@@ -329,8 +321,10 @@ class StreamingDataLoader(DataLoader[Any]):
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
         state = self.streaming_dataset.make_state(self._batching)
-        if self._telemetry is not None:
-            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        if self._telemetry is not None:  # a DCP save shows on the dashboard's timeline
+            from loader.telemetry_checkpoints import state_taken
+
+            state_taken(self._telemetry, state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -400,19 +394,15 @@ class StreamingDataLoader(DataLoader[Any]):
             "global_step": self.global_step,
             "splits": [splits.start, splits.stop],
             "cursors": list(self.progress.cursors[splits.start : splits.stop]),
+            **self._tokens(),
         }
 
-
-class _WorkerPids:
-    """The pids of a torch iterator's workers, without keeping the iterator alive."""
-
-    def __init__(self, reads: Any) -> None:
-        self._reads = weakref.ref(reads)
-
-    def pids(self) -> list[int]:
-        reads = self._reads()
-        workers = getattr(reads, "_workers", None) or []
-        return [w.pid for w in workers if w.pid is not None]
+    def _tokens(self) -> dict[str, int]:
+        """Tokens handed out this epoch on this rank, when packing (for the dashboard)."""
+        packing = self.streaming_dataset.packing
+        if packing is None:
+            return {}
+        return {"tokens": self.progress.step * self.batch_size * packing.spec.seq_len}
 
 
 def _check_torch_kwargs(

@@ -6,22 +6,19 @@ the table after a write landed.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
-from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, run_rank
+from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, report_picked_seed, run_rank
+from tests.net import free_port
 from tests.tables import lancedb_table
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 
 def launch(world: int, job: dict[str, Any], out: Path) -> list[dict[str, Any]]:
@@ -82,3 +79,13 @@ def test_save_on_4_resume_on_2_then_1(tmp_path: Path) -> None:
     rows = [i for batch in got for i in batch]
     assert sorted(rows) == list(range(600)), "every row exactly once across two cuts"
     assert third[0]["state"]["epoch"] == 1 and set(third[0]["state"]["cursors"]) == {0}
+
+
+def test_a_picked_seed_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
+    """shuffle_seed=None: each rank would pick its own seed; they must share rank 0's."""
+    mp.start_processes(
+        report_picked_seed, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
+    ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
+    assert ranks[0]["seed"] == ranks[1]["seed"]
+    assert not set(ranks[0]["first"]) & set(ranks[1]["first"]), "one plan, disjoint splits"
