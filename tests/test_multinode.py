@@ -106,6 +106,7 @@ def copy_prefix(s3: fs.S3FileSystem, source: str, target: str) -> None:
         s3.copy_file(info.path, target + "/" + info.base_name)
 
 
+@pytest.mark.slow
 def test_a_node_dies_and_the_job_resumes_on_one_node_and_on_three(
     job: dict[str, Any], s3_server: S3Server
 ) -> None:
