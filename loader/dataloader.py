@@ -79,9 +79,7 @@ class _BatchReads(Dataset[list[Any]]):
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
-        reader = self.streaming_dataset.reader
-        reader.sub_reads = self.sub_reads  # this process's reader: a worker's own copy
-        batches = reader[task]
+        batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
         if self.batch_transform is None:
             return batches
         return [self.batch_transform(batch) for batch in batches]
@@ -183,8 +181,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.reads_in_flight = reads_in_flight
         if read_size is None:
             read_size = default_read_size(dataset.packing)
-        read_size = args.integer("read_size", read_size, 1)
-        self.batches_per_read = max(1, read_size // batch_size)
+        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on

@@ -2,9 +2,9 @@
 
 The reader is what DataLoader workers run. It holds only picklable descriptions and opens
 the source lazily in whichever process first reads (Lance is not fork-safe, so a handle
-opened in the parent is never used in a child). A read can be cut into `sub_reads`
-sub-reads run at once (set in a DataLoader worker, where torch hands out one task at a
-time), each retried on transient I/O errors; a read returns every row or raises.
+opened in the parent is never used in a child). A read can be cut into sub-reads run at
+once (in a worker, where torch hands out one task at a time: `batches(task, sub_reads)`),
+each retried on transient I/O errors; a read returns every row or raises.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class BatchReader(Dataset[list[Any]]):
         self._epoch_plan: EpochPlan | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._pool_size = 0
-        self.sub_reads = 1  # reads in flight within one read (this process's copy only)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -109,10 +108,11 @@ class BatchReader(Dataset[list[Any]]):
         rows = self.source.rows
         return positions if rows is None else rows[positions]
 
-    def read(self, positions: NDArray[np.int64]) -> tuple[pa.Table, NDArray[np.int64]]:
+    def read(
+        self, positions: NDArray[np.int64], sub_reads: int = 1
+    ) -> tuple[pa.Table, NDArray[np.int64]]:
         """One read in ascending position order (in up to `sub_reads` parts at once), and
         the order that restores the request."""
-        sub_reads = self.sub_reads
         ascending = np.argsort(positions, kind="stable")
         self._rows()  # open (or reopen after a fork) before any sub-read thread starts
         table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
@@ -121,8 +121,11 @@ class BatchReader(Dataset[list[Any]]):
         return table, restore
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
+        return self.batches(task)
+
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
-        table, restore = self.read(self.positions(task))
+        table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:
