@@ -107,7 +107,7 @@ class PackedReader(BatchReader):
         super().__init__(source, plan, None, "raise", batch_transform)
         self.packing = packing
 
-    def blocks(self, task: BatchTask) -> Blocks:
+    def blocks(self, task: BatchTask, sub_reads: int = 1) -> Blocks:
         """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream order."""
         spec = self.packing.spec
         layout = self.packing.epoch(task.epoch)
@@ -119,7 +119,7 @@ class PackedReader(BatchReader):
         if len(unique):
             positions = self._plan_of(task.epoch).order(unique)
             rows = self.source.rows
-            table, restore = self.read(positions if rows is None else rows[positions])
+            table, restore = self.read(positions if rows is None else rows[positions], sub_reads)
             column = table.column(spec.column).combine_chunks()
             values, offsets = ragged_parts(column)
             doc_rows = restore[doc_rows.reshape(-1)]
@@ -138,8 +138,9 @@ class PackedReader(BatchReader):
             IGNORE_INDEX,
         )
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
-        fields = self.blocks(task)
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
+        """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
+        fields = self.blocks(task, sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         batches = [
             packed_batch(*(field[a:b] for field in fields)) for a, b in itertools.pairwise(bounds)
