@@ -359,3 +359,25 @@ def test_a_filter_packs_only_the_documents_it_keeps(tmp_path: Path) -> None:
         for s in range(2)
     ]  # fmt: skip
     assert Counter(take(loader, None)) == Counter(blk for split in want for blk in split)
+
+
+def test_inspect_labels_a_packed_state_in_documents_and_tokens(tmp_path: Path) -> None:
+    """A packed state's cursors count documents and its `skipped` counts blocks: inspect
+    says so (and the tokens into the next documents), never "rows"."""
+    from loader.inspect import format_inspect
+
+    loader = loaders(token_table([13] * 40), 1, 2, num_splits=4, pack_sequences=8)[0]
+    take(loader, 5)
+    state = loader.state_dict()
+    out = format_inspect(save(state, tmp_path / "packed.json"))
+    docs, into = sum(state["cursors"]), sum(state["token_offsets"])
+    for expected in [
+        "N=40 documents, S=4 splits x L=10 documents",
+        "  packing     blocks of 8 tokens of column tokens, eos_id -1, pad_id -, blocks_per_epoch -",
+        f"document cursor min {min(state['cursors'])}",
+        "of 10 documents per split",
+        f"  read        {docs} documents + {into} tokens into the next ones, ",
+        f"skipped 0 blocks; {state['tokens_dropped']} tokens of the epoch dropped",
+    ]:
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+    assert " rows" not in out
