@@ -43,7 +43,8 @@ def _request(url: str, body: bytes | None = None) -> bytes:
 
 def ingest_rate(url: str, per_request: int, senders: int, seconds: float) -> float:
     """Events per second accepted by `senders` threads posting `per_request`-event batches."""
-    run = SyntheticRun(f"ingest-{per_request}", 64, 64, 10**9, 10_000, time.time())
+    # In the past: the collector refuses events more than 5 minutes ahead of its clock.
+    run = SyntheticRun(f"ingest-{per_request}", 64, 64, 10**9, 10_000, time.time() - 10_000)
     events = synthetic_events(run)
     bodies = [
         orjson.dumps({"events": [next(events) for _ in range(per_request)]}) for _ in range(200)
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             base = f"{url}/api/runs/hour"
             queries = {
                 "runs": f"{url}/api/runs",
+                "status": f"{base}/status",
                 "placement": f"{base}/placement",
                 "progress": f"{base}/progress",
                 "throughput, last 5 min, 120 points": f"{base}/throughput?window_s=300",

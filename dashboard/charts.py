@@ -2,7 +2,9 @@
 
 Splits are drawn as a grid of at most `GRID_COLS` columns so that S = 8 and S = 4,096 both
 read at a glance; the same geometry serves placement (colour = owning rank) and progress
-(colour = cursor / rows per split), so the two pages line up cell for cell.
+(colour = cursor / rows per split), so the two pages line up cell for cell. Ranks are
+coloured on a continuous scale (turbo), which never repeats a colour: rank 0 and rank 20
+differ at 64 ranks as at 1,024. Times are UTC on a 24-hour clock, as in the tables.
 """
 
 from __future__ import annotations
@@ -11,126 +13,228 @@ import math
 from typing import Any
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 GRID_COLS = 64
+LABELS_FROM_PX = 18
+TIME_FORMAT = "%H:%M:%S"
+SILENT = ("stalled", "crashed")
+STATE_COLOURS = {"running": "#2e7d32", "closed": "#1565c0", "stalled": "#f9a825"}
+STATE_COLOURS |= {"crashed": "#c62828", "previous world": "#9e9e9e"}
 
 
-def _cols(num_splits: int) -> int:
-    return max(1, min(GRID_COLS, math.ceil(math.sqrt(num_splits * 4))))
+def _cols(num_cells: int) -> int:
+    return max(1, min(GRID_COLS, math.ceil(math.sqrt(num_cells * 4))))
 
 
-def cell_px(num_splits: int) -> int:
+def cell_px(num_cells: int) -> int:
     """Cells as large as fit ~400 px across (half a wide page), 6-40 px."""
-    return max(6, min(40, 400 // _cols(num_splits)))
+    return max(6, min(40, 400 // _cols(num_cells)))
+
+
+def _time_x(field: str = "time") -> alt.X:
+    return alt.X(
+        f"{field}:T",
+        title="time (UTC)",
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format=TIME_FORMAT),
+    )
+
+
+def _ms(seconds: Any) -> Any:
+    """Epoch seconds as epoch milliseconds: Vega reads numbers on a time axis as UTC instants."""
+    return seconds * 1000.0
 
 
 def split_frame(owner: list[int], cursors: list[int | None] | None = None) -> pd.DataFrame:
     """One row per split: its grid position, owning rank and (if known) cursor."""
     cols = _cols(len(owner))
-    frame = pd.DataFrame(
-        {
-            "split": range(len(owner)),
-            "rank": owner,
-            "col": [s % cols for s in range(len(owner))],
-            "row": [s // cols for s in range(len(owner))],
-        }
-    )
-    frame["label"] = [f"r{r}" for r in owner]
+    split = np.arange(len(owner))
+    frame = pd.DataFrame({"split": split, "rank": owner, "col": split % cols, "row": split // cols})
+    if cell_px(len(owner)) >= LABELS_FROM_PX:
+        frame["label"] = [f"r{r}" for r in owner]
     if cursors is not None:
-        frame["cursor"] = [c if c is not None else -1 for c in cursors]
+        frame["cursor"] = np.array([-1 if c is None else c for c in cursors], dtype=np.int64)
     return frame
 
 
 def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.LayerChart:
-    """Splits coloured by the rank that reads them; tooltips name host, GPU and workers."""
+    """Splits coloured by the rank that reads them (continuous, never repeating); splits of a
+    rank that went silent (stalled or crashed) are dark. Tooltips: host, GPU, workers, state."""
     frame = split_frame(layout["owner"])
     by_rank = {r["rank"]: r for r in layout["ranks"]}
     frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
-    frame["local_rank"] = [by_rank.get(r, {}).get("local_rank", -1) for r in frame["rank"]]
+    frame["GPU"] = [by_rank.get(r, {}).get("gpu", "-") for r in frame["rank"]]
     frame["workers"] = [by_rank.get(r, {}).get("num_workers", 0) for r in frame["rank"]]
-    base = alt.Chart(frame)
-    cells = base.mark_rect(stroke="white").encode(
-        x=alt.X("col:O", axis=None),
-        y=alt.Y("row:O", axis=None),
-        color=alt.Color(
-            "rank:N",
-            scale=alt.Scale(scheme="tableau20"),
-            legend=alt.Legend(orient="bottom", columns=16, title="rank"),
-        ),
-        tooltip=["split:Q", "rank:N", "host:N", "local_rank:Q", "workers:Q"],
-    )
-    text = base.mark_text(fontSize=9, color="white").encode(x="col:O", y="row:O", text="label:N")
-    # Labels stop being legible (and cost render time) beyond a few hundred cells.
+    frame["state"] = [by_rank.get(r, {}).get("state", "not reported") for r in frame["rank"]]
+    frame["silent"] = frame["state"].isin(SILENT)
+    world = max(1, layout["world_size"] - 1)
+    base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
+    tooltip = ["split:Q", "rank:Q", "host:N", "GPU:N", "workers:Q", "state:N"]
     cell = cell_px(num_splits)
-    layers = [cells, text] if cell >= 18 else [cells]  # labels only where they are legible
+    cells = base.mark_rect(**_stroke(cell)).encode(
+        color=alt.Color(
+            "rank:Q",
+            scale=alt.Scale(scheme="turbo", domain=[0, world]),
+            legend=alt.Legend(orient="bottom", title="rank", gradientLength=300),
+        ),
+        tooltip=tooltip,
+    )
+    dead = (
+        base.transform_filter("datum.silent")
+        .mark_rect(color="#212121", opacity=0.85)
+        .encode(tooltip=tooltip)
+    )
+    layers: list[Any] = [cells, dead]
+    if cell >= LABELS_FROM_PX:  # labels only where they are legible
+        layers.append(base.mark_text(fontSize=9, color="white").encode(text="label:N"))
     step = alt.Step(cell)
     return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
 
 
-def progress_grid(progress: dict[str, Any]) -> alt.LayerChart:
-    """Per-split cursor as a heatmap: 0 (white) to rows per split (dark); grey = unknown."""
+def _stroke(cell: int) -> dict[str, Any]:
+    """White cell borders where cells are big enough to show them (they cost render time)."""
+    return {"stroke": "white", "strokeWidth": 0.5} if cell >= 10 else {}
+
+
+def progress_grid(progress: dict[str, Any]) -> alt.Chart:
+    """Per-split cursor as a heatmap: 0 (white) to rows per split (dark); grey = unknown.
+    One layer of S cells (a second layer for the unknown ones doubled the render time)."""
     frame = split_frame(progress["owner"], progress["cursors"])
     per_split = max(1, progress["rows_per_split"])
-    frame["done"] = [c / per_split if c >= 0 else None for c in frame["cursor"]]
-    base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
-    unknown = base.mark_rect(stroke="white", color="#dddddd").encode(tooltip=["split:Q", "rank:N"])
-    known = (
-        base.transform_filter("datum.cursor >= 0")
-        .mark_rect(stroke="white")
+    frame["done"] = np.maximum(frame["cursor"], 0) / per_split
+    cell = cell_px(len(frame))
+    colour = alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read")
+    title = "cursor per split (share of the split read; grey: not reported yet)"
+    return (
+        alt.Chart(frame, title=title)
+        .mark_rect(**_stroke(cell))
         .encode(
-            color=alt.Color("done:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"),
+            x=alt.X("col:O", axis=None),
+            y=alt.Y("row:O", axis=None),
+            color=alt.condition("datum.cursor < 0", alt.value("#dddddd"), colour),
             tooltip=["split:Q", "rank:N", "cursor:Q", alt.Tooltip("done:Q", format=".1%")],
         )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
+
+
+def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
+    """Epoch share read by each rank, one cell per rank (for hundreds of ranks); a lagging
+    rank is a pale cell, a silent one is outlined red."""
+    cols = _cols(len(ranks))
+    frame = pd.DataFrame(ranks or [{"rank": 0, "pct": 0.0, "state": "running"}])
+    frame["col"] = frame["rank"] % cols
+    frame["row"] = frame["rank"] // cols
+    frame["share"] = frame["pct"] / 100
     step = alt.Step(cell_px(len(frame)))
-    title = "cursor per split (share of the split read; grey: not reported yet)"
-    return alt.LayerChart(layer=[unknown, known], title=title).properties(width=step, height=step)
+    return (
+        alt.Chart(frame, title="epoch read per rank (one cell per rank)")
+        .mark_rect(strokeWidth=1.5)
+        .encode(
+            x=alt.X("col:O", axis=None),
+            y=alt.Y("row:O", axis=None),
+            color=alt.Color(
+                "share:Q", scale=alt.Scale(domain=[0, 1], scheme="greens"), title="read"
+            ),
+            stroke=alt.condition(
+                alt.FieldOneOfPredicate("state", list(SILENT)),
+                alt.value("#c62828"),
+                alt.value(None),
+            ),
+            tooltip=["rank:Q", "state:N", alt.Tooltip("share:Q", format=".1%"), "global_step:Q"],
+        )
+        .properties(width=step, height=step)
+    )
 
 
-def rank_bars(progress: dict[str, Any]) -> alt.Chart:
-    """Epoch share read by each rank: they should move together; a short bar lags."""
-    frame = pd.DataFrame(progress["ranks"])
+def rank_bars(ranks: list[dict[str, Any]]) -> alt.Chart:
+    """Epoch share read by each rank (up to a few dozen ranks): they should move together."""
+    frame = pd.DataFrame(ranks)
+    colours = alt.Scale(domain=list(STATE_COLOURS), range=list(STATE_COLOURS.values()))
     return (
         alt.Chart(frame, title="epoch read per rank")
         .mark_bar()
         .encode(
             x=alt.X("pct:Q", scale=alt.Scale(domain=[0, 100]), title="% of the rank's rows"),
             y=alt.Y("rank:O"),
-            color=alt.Color("rank:N", scale=alt.Scale(scheme="tableau20"), legend=None),
-            tooltip=["rank:N", "step:Q", "rows_done:Q", "rows_total:Q"],
+            color=alt.Color("state:N", scale=colours, title="state"),
+            tooltip=["rank:N", "state:N", "global_step:Q", "rows_done:Q", "rows_total:Q"],
         )
-        .properties(height=alt.Step(22))
+        .properties(height=alt.Step(18))
     )
 
 
-def series_chart(samples: list[dict[str, Any]], field: str, title: str) -> alt.Chart:
-    """One line per rank over time (`field` = rows_per_s, wait_per_step_s or stall_frac)."""
-    frame = pd.DataFrame(samples or [{"rank": 0, "t": 0.0, field: 0.0}])
-    frame["time"] = pd.to_datetime(frame["t"], unit="s")
+def band_chart(band: list[dict[str, Any]], title: str) -> alt.LayerChart:
+    """Rows/s across ranks per time bucket: min-max band and median line; each `segment`
+    is drawn apart, so an outage is a gap, not a straight line across it."""
+    frame = pd.DataFrame(band or [{"t": 0.0, "segment": 0, "median": 0.0, "min": 0.0, "max": 0.0}])
+    frame["time"] = _ms(frame["t"])
+    base = alt.Chart(frame).encode(x=_time_x(), detail="segment:N")
+    area = base.mark_area(opacity=0.25, color="#1565c0").encode(
+        y=alt.Y("min:Q", title=title), y2="max:Q"
+    )
+    tooltip = [
+        alt.Tooltip("time:T", format=TIME_FORMAT, title="time (UTC)"),
+        alt.Tooltip("median:Q", format=",.0f"),
+        alt.Tooltip("min:Q", format=",.0f"),
+        alt.Tooltip("max:Q", format=",.0f"),
+    ]
+    line = base.mark_line(color="#0d47a1", point=len(frame) < 60).encode(
+        y="median:Q", tooltip=tooltip
+    )
+    chart_title = f"{title}: median across ranks, band from the slowest to the fastest"
+    return alt.LayerChart(layer=[area, line], title=chart_title).properties(height=240)
+
+
+def wait_chart(band: list[dict[str, Any]]) -> alt.Chart:
+    """Share of step time spent waiting for data: median rank and the worst rank."""
+    frame = pd.DataFrame(band or [{"t": 0.0, "segment": 0, "wait_median": 0.0, "wait_max": 0.0}])
+    frame["time"] = _ms(frame["t"])
+    long = frame.melt(
+        id_vars=["time", "segment"], value_vars=["wait_median", "wait_max"], var_name="which"
+    )
+    long["which"] = long["which"].map({"wait_median": "median rank", "wait_max": "worst rank"})
     return (
-        alt.Chart(frame, title=title)
-        .mark_line(point=len(frame) < 200)
+        alt.Chart(long, title="share of step time waiting for data")
+        .mark_line()
         .encode(
-            x=alt.X("time:T", title=None),
-            y=alt.Y(f"{field}:Q", title=title),
-            color=alt.Color("rank:N", scale=alt.Scale(scheme="tableau20")),
-            tooltip=["rank:N", "time:T", alt.Tooltip(f"{field}:Q", format=",.3f")],
+            x=_time_x(),
+            y=alt.Y("value:Q", title="waiting for data", axis=alt.Axis(format="%")),
+            color=alt.Color("which:N", title=None),
+            detail="segment:N",
+            tooltip=[
+                alt.Tooltip("time:T", format=TIME_FORMAT, title="time (UTC)"),
+                "which:N",
+                alt.Tooltip("value:Q", format=".0%"),
+            ],
         )
-        .properties(height=260)
+        .properties(height=200)
     )
 
 
 def timeline_chart(items: list[dict[str, Any]]) -> alt.LayerChart:
-    """Checkpoints and resumes on a time axis, each labelled ('resumed: W 8 → 4 at step …')."""
+    """Checkpoints, resumes, epoch ends, outages (shaded spans) and a crash on a time axis;
+    labels are in the tooltip and the table below (on the chart they smear together)."""
     frame = pd.DataFrame(items)
-    frame["time"] = pd.to_datetime(frame["ts"], unit="s")
-    base = alt.Chart(frame).encode(
-        x=alt.X("time:T", title=None),
-        y=alt.Y("kind:N", title=None),
-        color=alt.Color("kind:N", legend=None),
-        tooltip=["label:N", "time:T", "ranks:Q"],
+    frame["time"] = _ms(frame["ts"])
+    frame["end"] = _ms(frame["end_ts"].fillna(frame["ts"]))
+    frame["what"] = frame["kind"].str.replace("_", " ")
+    tooltip: list[Any] = [
+        "label:N",
+        alt.Tooltip("time:T", format=TIME_FORMAT, title="time (UTC)"),
+        alt.Tooltip("step:Q", title="global step", format=","),
+        "ranks:Q",
+    ]
+    base = alt.Chart(frame).encode(x=_time_x(), tooltip=tooltip)
+    spans = (
+        base.transform_filter("datum.kind == 'outage'")
+        .mark_rect(color="#c62828", opacity=0.15)
+        .encode(x2="end:T")
     )
-    labels = base.mark_text(dy=-14).encode(text="label:N")
-    points = base.mark_point(size=120, filled=True)
-    return alt.LayerChart(layer=[points, labels]).properties(height=80 * frame["kind"].nunique())
+    points = base.transform_filter("datum.kind != 'outage'").mark_point(size=140, filled=True)
+    points = points.encode(y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None))
+    return alt.LayerChart(layer=[spans, points]).properties(
+        height=60 + 40 * frame["what"].nunique()
+    )

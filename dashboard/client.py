@@ -60,6 +60,9 @@ class CollectorClient:
     def runs(self) -> list[dict[str, Any]]:
         return list(self.get("/api/runs")["data"])
 
+    def status(self, run_id: str) -> dict[str, Any]:
+        return dict(self._run(run_id, "status"))
+
     def placement(self, run_id: str) -> dict[str, Any]:
         return dict(self._run(run_id, "placement"))
 

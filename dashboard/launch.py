@@ -1,14 +1,15 @@
-"""Start the collector and the Streamlit dashboard together: `elastic-loader dashboard`.
+"""Start the collector and the Streamlit dashboard together: `elastic-loader-dashboard`.
 
 The collector runs in this process (a uvicorn server on a thread: starts in well under a
 second, and tests can start and stop it in-process); Streamlit runs as a child process,
 because it owns its own event loop and script runner. `start_dashboard` returns a handle
 with both URLs and `stop()`; `run_dashboard` is the CLI: it prints the URL and waits for
-Ctrl-C or SIGTERM.
+Ctrl-C or SIGTERM; `main` parses its arguments (`elastic-loader dashboard` forwards here).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -18,10 +19,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -116,14 +118,15 @@ class DashboardHandle:
 def start_collector_process(
     db: str | Path, host: str = "127.0.0.1", timeout_s: float = 60.0
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """The collector alone, in its own process (`uvicorn dashboard.collector.main:app`).
+    """The collector alone, in its own process (uvicorn serving `create_app`).
 
     For benchmarks that must not share the collector's GIL and tests that SIGKILL it.
     Returns the process and its URL once `/health` answers.
     """
     port = free_port(host)
     env = {**os.environ, ENV_DB: str(db), ENV_HOST: host}
-    cmd = [sys.executable, "-m", "uvicorn", "dashboard.collector.main:app", "--host", host]
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", "dashboard.collector.main:create_app"]
+    cmd += ["--host", host]
     cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
     proc = subprocess.Popen(cmd, env=env)
     url = _url(_reachable(host), port)
@@ -158,7 +161,9 @@ def _spawn_ui(
     env = {**os.environ, ENV_API: api_url}
     if token:
         env[ENV_API_TOKEN] = token
-    log = Path(tempfile.mkstemp(prefix="elastic-dashboard-", suffix=".log")[1])
+    fd, name = tempfile.mkstemp(prefix="elastic-dashboard-", suffix=".log")
+    os.close(fd)  # reopened below for the child; keeping this one would leak it
+    log = Path(name)
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true"]
     cmd += ["--server.address", host, "--server.port", str(ui_port)]
     cmd += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
@@ -177,13 +182,15 @@ def start_dashboard(
     *,
     ui: bool = True,
     ready_timeout_s: float = 60.0,
+    **options: Any,
 ) -> DashboardHandle:
     """Start the collector (and, with `ui`, Streamlit) and return once both answer.
 
-    `port=0` / `ui_port=0` pick free ports. Raises `ValueError` for a non-loopback host
-    without a token, `RuntimeError` if a part does not come up within `ready_timeout_s`.
+    `port=0` / `ui_port=0` pick free ports; `options` are further `Settings` fields
+    (`allowed_hosts`, `keep_runs`, `keep_days`, ...). Raises `ValueError` for a non-loopback
+    host without a token, `RuntimeError` if a part does not come up within `ready_timeout_s`.
     """
-    settings = Settings(db=str(db), token=token, host=host)
+    settings = Settings(db=str(db), token=token, host=host, **options)
     settings.check_bind()
     deadline = time.monotonic() + ready_timeout_s
     server, thread, port = _serve_collector(settings, port)
@@ -210,14 +217,15 @@ def run_dashboard(
     ui_port: int = 8501,
     token: str | None = None,
     db: str = "dashboard.db",
+    **options: Any,
 ) -> int:
-    """The `elastic-loader dashboard` command: start, print the URLs, run until a signal.
+    """The `elastic-loader-dashboard` command: start, print the URLs, run until a signal.
 
     Without `--token`, the token is read from the environment, which keeps it out of `ps`.
     """
     token = token or os.environ.get(ENV_TOKEN) or None
     try:
-        handle = start_dashboard(host, port, ui_port, token, db)
+        handle = start_dashboard(host, port, ui_port, token, db, **options)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"elastic-loader dashboard: {exc}", file=sys.stderr)
         return 2
@@ -247,3 +255,48 @@ def run_dashboard(
         handle.stop()
         signal.signal(signal.SIGTERM, previous)
     return code
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elastic-loader-dashboard",
+        description="Start the collector and the Streamlit dashboard; run until Ctrl-C.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765, help="collector port")
+    parser.add_argument("--ui-port", type=int, default=8501, help="Streamlit port")
+    parser.add_argument("--token", default=None, help="required to bind beyond loopback")
+    parser.add_argument("--db", default="dashboard.db", help="SQLite file for events")
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="extra names clients may use in the Host header, comma-separated "
+        "(loopback names and --host are always allowed)",
+    )
+    parser.add_argument("--keep-runs", type=int, default=100, help="retention: newest runs kept")
+    parser.add_argument(
+        "--keep-days", type=float, default=30.0, help="retention: drop runs silent this long"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """The `elastic-loader-dashboard` console script (and `elastic-loader dashboard`)."""
+    parser = _build_parser()
+    if prog:
+        parser.prog = prog
+    args = parser.parse_args(argv)
+    return run_dashboard(
+        host=args.host,
+        port=args.port,
+        ui_port=args.ui_port,
+        token=args.token,
+        db=args.db,
+        allowed_hosts=tuple(h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()),
+        keep_runs=args.keep_runs,
+        keep_days=args.keep_days,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

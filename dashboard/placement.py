@@ -1,19 +1,21 @@
-"""Pure arithmetic of the contract that the dashboard draws: who owns which split, which
-world sizes fit, what a layout drops, and who is straggling.
+"""What only the dashboard computes: the owner of every split (for the placement grid) and
+who is straggling.
 
-Who owns which split comes from `loader.layout` (standard library only), so the Streamlit
-process and the collector share the loader's formulas without importing torch or Numba.
+Everything else about a layout is the loader's: `loader.layout` (who owns which split,
+which world sizes S supports) and `loader.planner` (which world sizes fit a global batch),
+both standard library only, so the Streamlit process and the collector import them
+without torch or Numba.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loader.layout import owned_splits, supported_world_sizes
+from loader.layout import owned_splits
 
-__all__ = ["owned_splits", "owners", "supported_world_sizes"]
+__all__ = ["RankRate", "owners", "stragglers"]
 
 
 def owners(world_size: int, num_splits: int) -> list[int]:
@@ -21,48 +23,6 @@ def owners(world_size: int, num_splits: int) -> list[int]:
     owned_splits(0, world_size, num_splits)  # validates: a ValueError listing what works
     k = num_splits // world_size
     return [s // k for s in range(num_splits)]
-
-
-@dataclass(frozen=True)
-class Fit:
-    """What one candidate GPU count means for a (rows, S, global batch) layout."""
-
-    world_size: int
-    fits: bool
-    reason: str
-    per_rank_batch: int | None
-    batches_per_epoch: int | None
-    elastic: bool
-
-
-def plan_fits(
-    rows: int, num_splits: int, world_sizes: Iterable[int], global_batch: int, drop_last: bool
-) -> tuple[int, list[Fit]]:
-    """Rows dropped per epoch (`N - S·⌊N/S⌋`) and, per W, whether and how it fits.
-
-    `elastic` says whether G is a multiple of S: only then is global batch t the same rows
-    for every W (design.md, "Elastic determinism").
-    """
-    if num_splits < 1 or rows < num_splits:
-        raise ValueError(f"need rows >= num_splits >= 1, got rows={rows}, num_splits={num_splits}")
-    per_split = rows // num_splits
-    dropped = rows - per_split * num_splits
-    elastic = global_batch % num_splits == 0
-    fits = []
-    for w in world_sizes:
-        why = ""
-        if w < 1 or num_splits % w:
-            why = f"S={num_splits} is not a multiple of W"
-        elif global_batch % w:
-            why = f"G={global_batch} is not a multiple of W"
-        if why:
-            fits.append(Fit(w, False, why, None, None, elastic))
-            continue
-        b = global_batch // w
-        stream = per_split * (num_splits // w)
-        batches = stream // b if drop_last else -(-stream // b)
-        fits.append(Fit(w, True, "fits", b, batches, elastic))
-    return dropped, fits
 
 
 @dataclass(frozen=True)

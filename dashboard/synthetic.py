@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from dashboard.placement import owned_splits
+from loader.layout import owned_splits
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class SyntheticRun:
     checkpoint_every: int = 0
     world_size_before: int | None = None
     start_rows: int = 0
+    total_epochs: int | None = None
+    closed: bool = False  # every rank sends `closed` after its last report (a clean end)
 
 
 def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
@@ -47,7 +49,13 @@ def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
         "num_splits": run.num_splits,
         "rows_per_split": run.rows_per_split,
         "batch_size": run.batch_size,
+        "total_epochs": run.total_epochs,
     }
+
+
+def _position(run: SyntheticRun, rows: float) -> dict[str, Any]:
+    step = int(rows // run.batch_size)
+    return {"epoch": 0, "step": step, "global_step": step}
 
 
 def _cursors(run: SyntheticRun, rank: int, rows: float) -> list[int]:
@@ -66,8 +74,7 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
             **_static(run, r),
             "kind": "checkpoint_loaded",
             "ts": run.start_ts,
-            "epoch": 0,
-            "step": run.start_rows // run.batch_size,
+            **_position(run, run.start_rows),
             "data": {"world_size_before": run.world_size_before, "path": "ckpt.json"},
         }
     for t in range(1, run.seconds + 1):
@@ -82,8 +89,7 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                 **_static(run, r),
                 "kind": "progress",
                 "ts": ts,
-                "epoch": 0,
-                "step": int(done[r] // run.batch_size),
+                **_position(run, done[r]),
                 "splits": [owned[r].start, owned[r].stop],
                 "cursors": _cursors(run, r, done[r]),
                 "rows": int(rows),
@@ -97,10 +103,13 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                     **_static(run, r),
                     "kind": "checkpoint_saved",
                     "ts": ts,
-                    "epoch": 0,
-                    "step": int(done[r] // run.batch_size),
-                    "data": {"path": f"ckpt-{t}.json"},
+                    **_position(run, done[r]),
+                    "data": {"path": f"checkpoints/step-{int(done[r] // run.batch_size):06d}.json"},
                 }
+    end = run.start_ts + run.seconds
+    for r in range(run.world_size) if run.closed else ():
+        ev = {**_static(run, r), "kind": "closed", "ts": end, **_position(run, done[r])}
+        yield ev | {"data": {"reason": "close"}}
 
 
 def post_events(

@@ -6,12 +6,44 @@ Each subcommand parses its arguments and calls one public function; no logic liv
 from __future__ import annotations
 
 import argparse
+import decimal
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+# The dashboard is its own package with its own entry point; the loader does not import it
+# (so `loader` works without FastAPI/Streamlit). `elastic-loader dashboard ARGS` hands ARGS
+# to this module's `main` by name.
+DASHBOARD_ENTRY = "dashboard.launch"
 
 
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.replace(",", " ").split()]
+def _count(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `low`, written plainly or as `2e12` / `1_000`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = decimal.Decimal(text.strip())
+        except decimal.InvalidOperation:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value.is_finite() or value != value.to_integral_value():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is below {low}; it must be >= {low}")
+        return int(value)
+
+    return parse
+
+
+def _world_sizes(text: str) -> list[int]:
+    parse = _count(1)
+    return [parse(part) for part in text.replace(",", " ").split()]
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE")
+    return key.strip(), value
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -19,45 +51,73 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="what a (rows, num_splits) layout supports")
-    plan.add_argument("--rows", type=int, required=True, help="rows N after the filter")
-    plan.add_argument("--num-splits", type=int, required=True, help="S")
-    plan.add_argument("--world-sizes", type=_ints, default=None, help="e.g. '4,6,8'")
-    plan.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
-    plan.add_argument("--global-batch", type=int, default=None, help="G = W * batch_size")
+    plan.add_argument("--rows", type=_count(1), required=True, help="rows N after the filter")
+    plan.add_argument("--num-splits", type=_count(1), required=True, help="S")
+    plan.add_argument("--world-sizes", type=_world_sizes, default=None, help="e.g. '4,6,8'")
+    plan.add_argument(
+        "--num-workers", type=_count(0), default=0, help="DataLoader workers per rank"
+    )
+    plan.add_argument("--global-batch", type=_count(1), default=None, help="G = W * batch_size")
 
-    inspect = sub.add_parser("inspect", help="describe a checkpoint file")
+    inspect = sub.add_parser("inspect", help="describe a checkpoint file (path or s3:// URI)")
     inspect.add_argument("path")
+    inspect.add_argument(
+        "--storage-option",
+        type=_storage_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="for s3:// URIs, as Lance takes them (endpoint, allow_http, region, "
+        "aws_access_key_id, ...); AWS_* environment variables fill the rest",
+    )
 
-    dash = sub.add_parser("dashboard", help="start the collector and the Streamlit dashboard")
-    dash.add_argument("--host", default="127.0.0.1")
-    dash.add_argument("--port", type=int, default=8765, help="collector port")
-    dash.add_argument("--ui-port", type=int, default=8501, help="Streamlit port")
-    dash.add_argument("--token", default=None, help="required to bind beyond loopback")
-    dash.add_argument("--db", default="dashboard.db", help="SQLite file for events")
+    dash = sub.add_parser(
+        "dashboard",
+        help="start the collector and the Streamlit dashboard (= elastic-loader-dashboard)",
+        add_help=False,
+    )
+    dash.add_argument("args", nargs=argparse.REMAINDER, help="see elastic-loader-dashboard -h")
     return parser
 
 
+def _dashboard(args: list[str]) -> int:
+    try:
+        launch = importlib.import_module(DASHBOARD_ENTRY)
+    except ImportError as exc:
+        print(
+            f"elastic-loader dashboard: the dashboard is not importable ({exc}); install the "
+            "package with its dashboard dependencies, then run elastic-loader-dashboard",
+            file=sys.stderr,
+        )
+        return 2
+    code: int = launch.main(args, prog="elastic-loader dashboard")
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dashboard"]:
+        return _dashboard(argv[1:])
     args = _build_parser().parse_args(argv)
     if args.command == "plan":
         from loader.planner import print_plan
 
-        return print_plan(
-            rows=args.rows,
-            num_splits=args.num_splits,
-            world_sizes=args.world_sizes,
-            num_workers=args.num_workers,
-            global_batch=args.global_batch,
-        )
+        try:
+            return print_plan(
+                rows=args.rows,
+                num_splits=args.num_splits,
+                world_sizes=args.world_sizes,
+                num_workers=args.num_workers,
+                global_batch=args.global_batch,
+            )
+        except ValueError as exc:
+            print(f"elastic-loader plan: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "inspect":
         from loader.inspect import print_inspect
 
-        return print_inspect(args.path)
-    from dashboard.launch import run_dashboard
-
-    return run_dashboard(
-        host=args.host, port=args.port, ui_port=args.ui_port, token=args.token, db=args.db
-    )
+        return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
+    return _dashboard(args.args)
 
 
 if __name__ == "__main__":

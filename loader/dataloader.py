@@ -11,30 +11,43 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from loader import args
 from loader.dataset import StreamingDataset
+from loader.mainguard import check_main_guard
 from loader.prefetch import map_ahead
-from loader.reader import BatchReader
+from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
+from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, Watchdog
 
-_REFUSED = ("shuffle", "sampler", "batch_sampler")
+__all__ = ["DataWaitTimeout", "StreamingDataLoader"]
+
+_PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
+_IN_ORDER = (
+    "in_order=False hands out batches in the order workers finish them, but the state "
+    "counts batches in stream order, so a checkpoint would lose some rows and repeat others; "
+    "keep in_order=True (the default) and raise num_workers/prefetch_factor for throughput"
+)
 
 
 def _clean_worker_context() -> BaseContext:
-    """Forkserver, preloaded with the reader's imports: workers start fast and clean.
+    """Forkserver, preloaded with the reader's imports and warm kernels: workers start fast
+    and clean.
 
     A plain fork copies a parent whose Lance runtime has live threads (it opened and read
     the table); that child can crash or deadlock. Forkserver children fork from a process
-    that imported Lance but never ran it. Pass multiprocessing_context="fork" to opt out.
+    that imported Lance but never ran it, and that has the plan kernels loaded already.
+    Pass multiprocessing_context="fork" to opt out.
     """
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["loader.reader", "lance"])
+    context.set_forkserver_preload(["loader.reader", "lance", "loader.kernels.warm"])
     return context
 
 
@@ -49,19 +62,42 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-class _TaskSampler(Sampler[BatchTask]):
-    """Yields the tasks of the loader's current stream (lives in the main process only)."""
+class _BatchReads(Dataset[list[Any]]):
+    """What torch (and its workers) index with tasks: the dataset's own reader, always the
+    one it currently pins, plus the loader's batch_transform."""
 
-    def __init__(self, loader: StreamingDataLoader) -> None:
-        self._loader = loader
+    def __init__(
+        self, dataset: StreamingDataset, batch_transform: Callable[[Any], Any] | None
+    ) -> None:
+        self.streaming_dataset = dataset
+        self.batch_transform = batch_transform
+
+    def __getitem__(self, task: BatchTask) -> list[Any]:
+        batches = self.streaming_dataset.reader[task]
+        if self.batch_transform is None:
+            return batches
+        return [self.batch_transform(batch) for batch in batches]
+
+    def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
+        raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
+
+
+class _TaskSampler(Sampler[BatchTask]):
+    """Yields the tasks of the current stream (main process only). It refers to the
+    progress, not the loader, so a loader is freed as soon as it is dropped."""
+
+    def __init__(self, progress: Progress, batching: Batching, batches_per_read: int) -> None:
+        self._progress = progress
+        self._batching = batching
+        self.batches_per_read = batches_per_read
+        self.stream: RankStream | None = None
 
     def __iter__(self) -> Iterator[BatchTask]:
-        stream = self._loader._stream
-        assert stream is not None, "the loader starts a stream before torch asks for tasks"
-        return stream.tasks(self._loader.batches_per_read)
+        assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
+        return self.stream.tasks(self.batches_per_read)
 
     def __len__(self) -> int:
-        return -(-self._loader._peek().num_batches // self._loader.batches_per_read)
+        return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -72,15 +108,26 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_size: rows per batch on this rank (the global batch is W * batch_size).
         num_workers: worker processes; they change nothing in what is yielded.
         drop_last: drop this epoch's final short batch.
+        shuffle: accepted for LitData/torch code when it agrees with the dataset's plan
+            (`shuffle=True` for a shuffling dataset); the dataset decides the order.
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
+        total_epochs, total_steps: how long the job means to run, if it knows: the
+            dashboard then shows "epoch x of N" and the job's ETA (telemetry only).
         read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
+        data_timeout_s: with workers, the longest this rank waits for one read from them
+            (default 600 s; None: forever). Past it the workers are killed and the loop
+            raises `DataWaitTimeout` naming them, so a stopped or stuck worker fails the
+            rank instead of hanging it.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
+
+    Refused: `sampler`/`batch_sampler` (the plan decides the rows), `in_order=False` (it
+    would break the state), and a `shuffle` that contradicts the dataset's.
     """
 
     def __init__(
@@ -90,51 +137,51 @@ class StreamingDataLoader(DataLoader[Any]):
         num_workers: int = 0,
         drop_last: bool = False,
         *,
+        shuffle: bool | None = None,
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
         run_id: str | None = None,
+        total_epochs: int | None = None,
+        total_steps: int | None = None,
         read_ahead: int = 2,
         read_size: int = 8192,
+        data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
-        refused = [k for k in _REFUSED if k in kwargs]
-        if refused:
-            raise ValueError(
-                f"{refused} are decided by the plan (shuffle=/shuffle_seed= on the dataset)"
-            )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        _check_torch_kwargs(dataset, shuffle, kwargs)
+        batch_size = args.integer("batch_size", batch_size, 1)
+        num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
-        self._rows_per_batch = batch_size
-        self._drop_last = drop_last
-        self.read_ahead = read_ahead
-        self.batches_per_read = max(1, read_size // batch_size)
-        self._stream: RankStream | None = None
-        self._yielded = 0
-        # batches of epoch `_base_epoch` handed out before the current iteration (earlier
-        # `for` loops over the same epoch, or the run a state was saved from)
-        self._base_epoch, self._base = dataset.epoch, 0
-        self._started = False
-        reader = BatchReader(
-            dataset.source, dataset.plan, dataset.transform, dataset.on_error, batch_transform
-        )
+        self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
+        self.read_ahead = args.integer("read_ahead", read_ahead, 0)
+        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
+        self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
+        batch_transform = args.callable_or_none("batch_transform", batch_transform)
+        self._workers_read: Any = None  # what persistent workers were started on
+        self._reads: _WorkerPids | None = None  # the workers of the latest iteration
+        sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
         super().__init__(
-            reader, batch_size=None, sampler=_TaskSampler(self), num_workers=num_workers, **kwargs
+            _BatchReads(dataset, batch_transform),
+            batch_size=None,
+            sampler=sampler,
+            num_workers=num_workers,
+            **kwargs,
         )
-        self._telemetry = self._connect(telemetry, run_id)
+        self._task_sampler = sampler
+        self._telemetry = self._connect(telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
     # these report the loader's own values.
     @property
     def batch_size(self) -> int:
-        return self._rows_per_batch
+        return self._batching.batch_size
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
@@ -143,47 +190,54 @@ class StreamingDataLoader(DataLoader[Any]):
 
     @property
     def drop_last(self) -> bool:
-        return self._drop_last
+        return self._batching.drop_last
 
     @drop_last.setter
     def drop_last(self, value: Any) -> None:
         if value is not False:
             raise AttributeError("drop_last is fixed at construction")
 
-    def _peek(self) -> RankStream:
-        return self.streaming_dataset.peek_stream(self._rows_per_batch, self._drop_last)
+    @property
+    def progress(self) -> Progress:
+        """The position (the dataset's: loaders over one dataset share it)."""
+        return self.streaming_dataset.progress
 
     def __len__(self) -> int:
         """Batches of this epoch on this rank: those already handed out plus those to come.
 
         After a resume it still counts the whole epoch, as Lightning and progress bars expect.
         """
-        return self.step + self._peek().num_batches
+        return self.progress.batches(self._batching)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        ds = self.streaming_dataset
-        self._check_reader_version()
-        self._started = True
-        self._base_epoch, self._base = ds.position()[0], self.step
-        stream = ds.start_stream(self._rows_per_batch, self._drop_last)
-        self._stream, self._yielded = stream, 0
+        self._check_workers_source()
+        if self.num_workers > 0:
+            check_main_guard(self._start_method())
+        stream = self.progress.start(self._batching)
+        self._task_sampler.stream = stream
+        epoch_steps = 0
         waited = time.perf_counter()
-        for batch in self._batches(stream):
-            self._yielded += 1
-            ds.record(stream, min(self._yielded * self._rows_per_batch, stream.rows))
+        for index, batch in enumerate(self._batches(stream)):
+            if not self.progress.is_current(stream):
+                return  # a state was loaded or another iteration started: this one is over
+            epoch_steps = self.progress.step + 1  # the record may roll over to the next epoch
+            self.progress.record(stream.task_rows(index), stream)
             if self._telemetry is not None:
                 now = time.perf_counter()
-                self._telemetry.on_batch(stream.task_rows(self._yielded - 1), now - waited)
+                self._telemetry.on_batch(stream.task_rows(index), now - waited)
             yield batch
             waited = time.perf_counter()
-        ds.record(stream, stream.rows)
         if self._telemetry is not None:
-            self._telemetry.event("epoch_end", epoch=stream.epoch, step=self._base + self._yielded)
+            self._telemetry.event(
+                "epoch_end", epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
+            )
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
         threaded read-ahead without them."""
-        if self.num_workers > 0 or self.read_ahead < 1:
+        if self.num_workers > 0:
+            return self._from_workers()
+        if self.read_ahead < 1:
             reads: Iterator[list[Any]] = super().__iter__()
         else:
             tasks = stream.tasks(self.batches_per_read)
@@ -192,41 +246,81 @@ class StreamingDataLoader(DataLoader[Any]):
                 reads = ([_pinned(batch) for batch in read] for read in reads)
         return (batch for read in reads for batch in read)
 
-    def _check_reader_version(self) -> None:
-        """A state loaded since construction may have re-pinned the dataset to another version."""
-        reader = self.dataset
-        assert isinstance(reader, BatchReader)
-        if reader.source is not self.streaming_dataset.source:
-            if self.persistent_workers and self.num_workers > 0 and self._started:
-                raise RuntimeError(
-                    "load_state_dict re-pinned the table version after persistent workers started; "
-                    "create the StreamingDataLoader after loading the state"
-                )
-            reader.source, reader.plan = self.streaming_dataset.source, self.streaming_dataset.plan
+    def _from_workers(self) -> Iterator[Any]:
+        """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
+        reads = super().__iter__()
+        workers = _WorkerPids(reads)
+        self._reads = workers
+        if self.data_timeout_s is None:
+            yield from (batch for read in reads for batch in read)
+            return
+        watchdog = Watchdog(self.data_timeout_s, workers.pids, self.streaming_dataset.rank)
+        try:
+            while True:
+                watchdog.waiting()
+                try:
+                    read = next(reads)
+                except StopIteration:
+                    return
+                except Exception as err:
+                    watchdog.check(err)
+                    raise
+                watchdog.received()
+                watchdog.check()
+                yield from read
+        finally:
+            watchdog.close()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of this loader's live workers (empty before the first iteration)."""
+        return self._reads.pids() if self._reads is not None else []
+
+    def _start_method(self) -> str | None:
+        context = self.multiprocessing_context
+        if context is None:
+            return multiprocessing.get_start_method(allow_none=True)
+        return str(context.get_start_method())
+
+    def _check_workers_source(self) -> None:
+        """Persistent workers keep the dataset copy they started with: a state loaded since
+        must not have re-pinned the table or changed the plan under them."""
+        if not (self.persistent_workers and self.num_workers > 0):
+            return
+        ds = self.streaming_dataset
+        now = (ds.source, ds.plan)
+        if self._workers_read is None or getattr(self, "_iterator", None) is None:
+            self._workers_read = now
+        elif self._workers_read[0] is not now[0] or self._workers_read[1] != now[1]:
+            raise RuntimeError(
+                "load_state_dict re-pinned the table version (or adopted the saved seed) after "
+                "persistent workers started; create the StreamingDataLoader after loading the state"
+            )
 
     # -- state --------------------------------------------------------------------------
 
     @property
     def step(self) -> int:
         """Batches of the current epoch handed to the training loop (across resumes)."""
-        epoch = self.streaming_dataset.position()[0]
-        if self._stream is not None:
-            return self._base + self._yielded if self._stream.epoch == epoch else 0
-        return self._base if self._base_epoch == epoch else 0
+        return self.progress.step
+
+    @property
+    def global_step(self) -> int:
+        """Batches handed to the training loop since the run began (across epochs, resumes)."""
+        return self.progress.global_step
 
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
-        return self.streaming_dataset.make_state(self._rows_per_batch, self._drop_last, self.step)
+        state = self.streaming_dataset.make_state(self._batching)
+        if self._telemetry is not None:
+            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from `state` (any world size dividing num_splits); takes effect at the next `for`."""
+        """Resume from `state` (any world size dividing num_splits); takes effect at the next
+        `for` (an iteration already running stops)."""
         before = state.get("world_size") if isinstance(state, dict) else None
-        self.streaming_dataset.load_state_dict(state, drop_last=self._drop_last)
-        self._stream, self._yielded = None, 0
-        epoch, cursors = self.streaming_dataset.position()
-        mid_epoch = epoch == state.get("epoch") and any(cursors)
-        step = state.get("step")
-        self._base_epoch, self._base = epoch, (step if mid_epoch and isinstance(step, int) else 0)
+        self.streaming_dataset.load_state_dict(state, drop_last=self.drop_last)
         if self._telemetry is not None:
             self._telemetry.event(
                 "checkpoint_loaded",
@@ -234,6 +328,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 world_size_after=self.streaming_dataset.world_size,
                 step=state.get("step"),
                 epoch=state.get("epoch"),
+                global_step=self.global_step,
             )
 
     def note_checkpoint_saved(self, path: str | None = None) -> None:
@@ -243,7 +338,8 @@ class StreamingDataLoader(DataLoader[Any]):
                 "checkpoint_saved",
                 path=path,
                 step=self.step,
-                epoch=self.streaming_dataset.position()[0],
+                epoch=self.progress.epoch,
+                global_step=self.global_step,
             )
 
     def close(self) -> None:
@@ -257,8 +353,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     # -- telemetry ----------------------------------------------------------------------
 
-    def _connect(self, url: str | None, run_id: str | None) -> Any:
-        from loader.telemetry import TelemetryClient
+    def _connect(
+        self, url: str | None, run_id: str | None, total_epochs: int | None, total_steps: int | None
+    ) -> Any:
+        from loader.telemetry import TelemetryClient, job_length
 
         ds = self.streaming_dataset
         static = {
@@ -268,20 +366,55 @@ class StreamingDataLoader(DataLoader[Any]):
             "num_workers": self.num_workers,
             "num_splits": ds.num_splits,
             "rows_per_split": ds.rows_per_split,
-            "batch_size": self._rows_per_batch,
+            "batch_size": self.batch_size,
+            **job_length(total_epochs, total_steps),
         }
         client = TelemetryClient.from_settings(url, run_id, static)
-        if client is not None:
+        if client is not None:  # held weakly: a collected loader ends its client (`closed`)
             client.set_snapshot(self._snapshot)
         return client
 
     def _snapshot(self) -> dict[str, Any]:
         ds = self.streaming_dataset
-        epoch, cursors = ds.position()
         splits = ds.splits
         return {
-            "epoch": epoch,
+            "epoch": self.progress.epoch,
             "step": self.step,
+            "global_step": self.global_step,
             "splits": [splits.start, splits.stop],
-            "cursors": list(cursors[splits.start : splits.stop]),
+            "cursors": list(self.progress.cursors[splits.start : splits.stop]),
         }
+
+
+class _WorkerPids:
+    """The pids of a torch iterator's workers, without keeping the iterator alive."""
+
+    def __init__(self, reads: Any) -> None:
+        self._reads = weakref.ref(reads)
+
+    def pids(self) -> list[int]:
+        reads = self._reads()
+        workers = getattr(reads, "_workers", None) or []
+        return [w.pid for w in workers if w.pid is not None]
+
+
+def _check_torch_kwargs(
+    dataset: StreamingDataset, shuffle: bool | None, kwargs: dict[str, Any]
+) -> None:
+    """Accept torch/LitData arguments that agree with the plan; refuse those that do not."""
+    planned = [k for k in _PLANNED if kwargs.get(k) is not None]
+    if planned:
+        raise ValueError(
+            f"{planned} are decided by the plan (shuffle=/shuffle_seed= on the dataset); "
+            f"remove them"
+        )
+    for key in _PLANNED:
+        kwargs.pop(key, None)
+    if shuffle is not None and args.boolean("shuffle", shuffle) != dataset.plan.shuffle:
+        raise ValueError(
+            f"shuffle={shuffle} contradicts the dataset, built with shuffle="
+            f"{dataset.plan.shuffle}; the dataset decides the order: pass shuffle= to "
+            f"StreamingDataset (or leave it out here)"
+        )
+    if kwargs.get("in_order", True) is not True:
+        raise ValueError(_IN_ORDER)

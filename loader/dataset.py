@@ -1,32 +1,40 @@
 """StreamingDataset: one rank's rows of a pinned table, in the elastic order.
 
 Keeps the keyword names of `lancedb.streaming.StreamingDataset`, so switching is one
-import. It owns the plan, the pinned source and the position (epoch and per-split
-cursors); `StreamingDataLoader` batches it. Iterating the dataset directly yields rows.
+import. It owns the plan, the pinned source and one `Progress` (the position: epoch,
+cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly yields rows.
 """
 
 from __future__ import annotations
 
+import secrets
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from loader import args
 from loader import state as st
 from loader.layout import check_world_size, owned_splits
 from loader.plan import PlanSpec
-from loader.reader import BatchReader, OnError
+from loader.progress import ROWS, Batching, Progress
+from loader.reader import ON_ERROR, BatchReader, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
-from loader.stream import RankStream
 from loader.world import World, agree_with_rank0, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
+SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
 
 
 class StreamingDataset(IterableDataset[dict[str, Any]]):
-    """This rank's rows; see the README for the order, the state and elastic resume."""
+    """This rank's rows; see the README for the order, the state and elastic resume.
+
+    `shuffle_seed=None` picks a random seed on rank 0 (shared by broadcast); it is saved in
+    the state, and loading a state adopts the saved seed.
+    """
 
     def __init__(
         self,
@@ -35,7 +43,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         filter: Any = None,
         num_splits: int | None = None,
         shuffle: bool = True,
-        shuffle_seed: int = 0,
+        shuffle_seed: int | None = 0,
         shuffle_clump_size: int | None = None,
         epoch: int = 0,
         rank: int | None = None,
@@ -46,7 +54,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         allow_source_change: bool = False,
         storage_options: dict[str, str] | None = None,
     ) -> None:
-        self.world: World = resolve_world(rank, world_size)
+        if source is None:
+            raise ValueError(
+                "source is None; pass a LanceDB table, a Lance dataset, an Arrow table or "
+                "dataset, or a path to a .lance folder or Parquet files"
+            )
+        self.world: World = resolve_world(
+            args.optional_integer("rank", rank, 0),
+            args.optional_integer("world_size", world_size, 1),
+        )
+        num_splits = args.optional_integer("num_splits", num_splits, 1)
         if num_splits is None:
             num_splits = self.world.world_size
             warnings.warn(
@@ -56,24 +73,40 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             )
         check_world_size(num_splits, self.world.world_size)
         self._source_args = {
-            "columns": columns,
+            "columns": args.columns(columns),
             "filter": filter,
             "storage_options": storage_options,
         }
         self._raw_source = source
-        self.allow_source_change = allow_source_change
-        self.transform, self.on_error = transform, on_error
-        self._shuffle = (bool(shuffle), int(shuffle_seed), int(shuffle_clump_size or 1))
+        self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
+        self.transform = args.callable_or_none("transform", transform)
+        self.on_error: OnError = args.one_of("on_error", on_error, ON_ERROR)
+        self._seed_picked = shuffle_seed is None
+        seed = self._pick_seed() if shuffle_seed is None else shuffle_seed
+        self._shuffle = (
+            args.boolean("shuffle", shuffle),
+            args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
+            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1) or 1,
+        )
         self._num_splits = num_splits
+        start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
         if version is None:  # a fresh start: every rank reads the version rank 0 sees
             agreed = agree_with_rank0(resolved.spec.version)
             if agreed != resolved.spec.version:
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
-        self._epoch = int(epoch)
-        self._cursors: tuple[int, ...] = (0,) * num_splits
-        self._progress: tuple[RankStream, int] | None = None
+        self.progress = Progress(self.world, num_splits, plan.rows_per_split, start_epoch)
+
+    def _pick_seed(self) -> int:
+        """A random seed, the same on every rank: rank 0's, by broadcast."""
+        if self.world.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "shuffle_seed=None picks a seed on rank 0 and shares it through "
+                "torch.distributed, which is not initialised here; pass shuffle_seed=<int> "
+                "(the same on every rank) or call init_process_group first"
+            )
+        return int(agree_with_rank0(secrets.randbelow(SEED_PICKED)))
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies (plain DataLoader workers under spawn) read through the picklable reader;
@@ -84,7 +117,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     # -- the source and the plan ------------------------------------------------------
 
-    def _resolve(self, version: int | None) -> tuple[ResolvedSource, PlanSpec]:
+    def _resolve(
+        self, version: int | None, seed: int | None = None
+    ) -> tuple[ResolvedSource, PlanSpec]:
         """The source at `version` and the plan on its filtered row count (changes nothing)."""
         if self._raw_source is None:
             raise RuntimeError(
@@ -92,8 +127,12 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 "cannot reopen its source; load states into the original in the main process"
             )
         resolved = resolve_source(self._raw_source, version=version, **self._source_args)
-        shuffle, seed, clump = self._shuffle
-        return resolved, PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
+        return resolved, self._plan_on(resolved, seed)
+
+    def _plan_on(self, resolved: ResolvedSource, seed: int | None = None) -> PlanSpec:
+        shuffle, own_seed, clump = self._shuffle
+        seed = own_seed if seed is None else seed
+        return PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
         self.plan = plan
@@ -116,6 +155,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         return self.plan.rows_per_split
 
     @property
+    def shuffle_seed(self) -> int:
+        """The seed in use (the picked one when built with shuffle_seed=None)."""
+        return self.plan.shuffle_seed
+
+    @property
     def rank(self) -> int:
         return self.world.rank
 
@@ -130,96 +174,58 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self.progress.epoch
 
     def plan_identity(self, drop_last: bool) -> dict[str, Any]:
         return self._identity(self.plan, self.source, drop_last)
 
     def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> dict[str, Any]:
-        shuffle, seed, clump = self._shuffle
         return {
             "num_rows": plan.num_rows,
             "num_splits": plan.num_splits,
             "rows_per_split": plan.rows_per_split,
-            "shuffle": shuffle,
-            "shuffle_seed": seed,
-            "shuffle_clump_size": clump,
+            "shuffle": plan.shuffle,
+            "shuffle_seed": plan.shuffle_seed,
+            "shuffle_clump_size": plan.clump_size,
             "filter": source.filter
             if isinstance(source.filter, str | None)
             else str(source.filter),
             "drop_last": drop_last,
         }
 
-    # -- position -----------------------------------------------------------------------
-
-    def position(self) -> tuple[int, tuple[int, ...]]:
-        """(epoch, cursors) after the rows handed out so far; a finished epoch is the next one."""
-        if self._progress is None:
-            return self._epoch, self._cursors
-        stream, done = self._progress
-        if done >= stream.rows:
-            return stream.epoch + 1, (0,) * self.num_splits
-        return stream.epoch, tuple(stream.cursors_at(done))
-
-    def _settle(self) -> None:
-        self._epoch, self._cursors = self.position()
-        self._progress = None
+    # -- position and state -------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning, unless the position is already in it."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._settle()
-        if epoch != self._epoch:
-            self._epoch, self._cursors = epoch, (0,) * self.num_splits
+        self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
-    def start_stream(self, batch_size: int, drop_last: bool) -> RankStream:
-        """This rank's rest of the epoch from the current position; progress is then tracked."""
-        self._settle()
-        stream = self.peek_stream(batch_size, drop_last)
-        self._progress = (stream, 0)
-        return stream
-
-    def peek_stream(self, batch_size: int, drop_last: bool) -> RankStream:
-        """The stream an iteration would start now, without starting it."""
-        epoch, cursors = self.position()
-        return RankStream(
-            epoch, cursors, self.rows_per_split, self.rank, self.world_size, batch_size, drop_last
+    def make_state(self, batching: Batching) -> dict[str, Any]:
+        """The state at the current position, for batches cut as `batching` says."""
+        return st.make_state(
+            self.plan_identity(batching.drop_last),
+            self.source.spec.identity(),
+            self.progress.state_dict(batching),
         )
-
-    def record(self, stream: RankStream, rows_done: int) -> None:
-        """Note that `rows_done` rows of `stream` reached the training loop."""
-        self._progress = (stream, rows_done)
 
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
-        return self.make_state(1, False, 0)
-
-    def make_state(self, batch_size: int, drop_last: bool, step: int) -> dict[str, Any]:
-        """The state at the current position; `skipped` is what batches of this size leave out."""
-        epoch, cursors = self.position()
-        skipped = self.peek_stream(batch_size, drop_last).skipped
-        return st.make_state(
-            self.plan_identity(drop_last),
-            self.source.spec.identity(),
-            epoch,
-            list(cursors),
-            skipped,
-            self.world_size,
-            step,
-        )
+        return self.make_state(ROWS)
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
         """Validate `state` against this dataset and move to it (effective at the next iteration).
 
         A LanceDB/Lance source is reopened at the state's version first, so the plan is
-        rebuilt on exactly the rows the saved run was reading.
+        rebuilt on exactly the rows the saved run was reading. A dataset built with
+        `shuffle_seed=None` adopts the state's seed.
         """
-        st.check_header(state)
+        st.check_state(state)
+        seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
         if saved_version is not None and saved_version != resolved.spec.version:
-            resolved, plan = self._resolve(saved_version)
+            resolved, plan = self._resolve(saved_version, seed)
+        elif seed != plan.shuffle_seed:
+            plan = self._plan_on(resolved, seed)
         saved_source = state[st.KEY_SOURCE]
         st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
         fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
@@ -228,19 +234,23 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         if drop_last is not None:
             fields.append("drop_last")
         st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
-        cursors = st.check_cursors(state, plan.num_splits, plan.rows_per_split)
+        st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         check_world_size(plan.num_splits, self.world_size)
-        if resolved is not self.source:  # every check passed: only now re-pin
+        if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
-        epoch = state[st.KEY_EPOCH]
-        if all(c == self.rows_per_split for c in cursors):
-            epoch, cursors = epoch + 1, [0] * self.num_splits
-        self._epoch, self._cursors, self._progress = epoch, tuple(cursors), None
+        self.progress.load_state_dict(state, plan.rows_per_split)
+
+    def _saved_seed(self, state: dict[str, Any]) -> int:
+        seed = state[st.KEY_PLAN].get("shuffle_seed")
+        try:
+            return args.integer("plan.shuffle_seed", seed, 0, args.SEED_LIMIT)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"loader state: {err}") from None
 
     # -- rows ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self.peek_stream(1, False).rows
+        return self.progress.peek(ROWS).rows
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's remaining rows of the epoch; the position follows the rows yielded.
@@ -249,18 +259,14 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
         info = get_worker_info()
-        stream = (
-            self.start_stream(ROW_READ_SIZE, False)
-            if info is None
-            else self.peek_stream(ROW_READ_SIZE, False)
-        )
+        reads = Batching(ROW_READ_SIZE, False)  # the same rows as ROWS, read 1024 at a time
+        stream = self.progress.start(reads) if info is None else self.progress.peek(reads)
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for index in range(worker, stream.num_batches, workers):
             table, restore = self.reader.read(self.reader.positions(stream.task(index)))  # one read
-            rows = table.take(pa.array(restore)).to_pylist()
-            for offset, row in enumerate(rows):
+            for row in table.take(pa.array(restore)).to_pylist():
                 if info is None:
-                    self.record(stream, index * ROW_READ_SIZE + offset + 1)
+                    self.progress.record(1, stream)
                 if self.transform is None:
                     yield row
                     continue
@@ -276,5 +282,5 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         spec = self.source.spec
         return (
             f"StreamingDataset({spec.kind}:{spec.uri} v{spec.version}, N={self.num_rows}, "
-            f"S={self.num_splits}, rank {self.rank}/{self.world_size}, epoch {self._epoch})"
+            f"S={self.num_splits}, rank {self.rank}/{self.world_size}, epoch {self.epoch})"
         )

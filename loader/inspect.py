@@ -1,10 +1,11 @@
 """`elastic-loader inspect PATH`: what a checkpoint will resume, before a job commits to it.
 
-It verifies the file exactly as a resume would (`loader.checkpoint.load`), so a file that
-inspects cleanly is one that loads; then it prints the plan, the pinned source, the epoch,
-per-split progress and the world sizes the file can resume on. Given a folder, it describes
-the newest checkpoint file in it. Errors go to stderr with exit status 2, without a
-traceback: the message already names the file and the field.
+It verifies the file exactly as a resume would (the checks of `loader.checkpoint.load`, the
+same bytes), so a file that inspects cleanly is one that loads and a file `load` refuses
+exits non-zero here; then it prints the plan, the pinned source, the epoch, per-split
+progress and the world sizes the file can resume on. Given a folder (or an `s3://` prefix),
+it describes the newest checkpoint file in it. Errors go to stderr with exit status 2,
+without a traceback: the message already names the file (or URI) and the field.
 """
 
 from __future__ import annotations
@@ -13,19 +14,24 @@ import datetime as dt
 import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
-from loader.checkpoint import SUFFIX, CheckpointError, latest, load
+from loader import checkpoint_io as io
+from loader import state as st
+from loader.checkpoint import SUFFIX, CheckpointError, verify
 from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 
 
-def print_inspect(path: str | os.PathLike[str], out: TextIO | None = None) -> int:
+def print_inspect(
+    path: str | os.PathLike[str],
+    out: TextIO | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> int:
     """Print the description of the checkpoint at `path`; return the exit status."""
     try:
-        text = format_inspect(path)
+        text = format_inspect(path, storage_options)
     except (CheckpointError, OSError) as exc:
         print(f"elastic-loader inspect: {exc}", file=sys.stderr)
         return 2
@@ -33,22 +39,27 @@ def print_inspect(path: str | os.PathLike[str], out: TextIO | None = None) -> in
     return 0
 
 
-def format_inspect(path: str | os.PathLike[str]) -> str:
+def format_inspect(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> str:
     """The report for one checkpoint file (or a folder's newest), as `print_inspect` prints it."""
-    path = Path(path)
-    if path.is_dir():
-        newest = latest(path)
+    where = io.location(path)
+    if io.is_folder(where, storage_options):
+        newest = io.newest(where, storage_options)
         if newest is None:
-            raise CheckpointError(path, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
-        path = newest
-    state = load(path)
-    stat = path.stat()
-    saved = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.timezone.utc)
+            raise CheckpointError(where, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
+        where = newest
+    stored = io.read(where, storage_options)
+    state = verify(where, stored.data)
+    saved = dt.datetime.fromtimestamp(stored.mtime_ns / 1e9, tz=dt.timezone.utc)
     rows = [
-        ("checkpoint", str(path)),
-        ("  file", f"{stat.st_size:,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok"),
-        *_source_rows(state["source"]),
-        *_plan_rows(state["plan"]),
+        ("checkpoint", str(where)),
+        (
+            "  file",
+            f"{len(stored.data):,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok",
+        ),
+        *_source_rows(state[st.KEY_SOURCE]),
+        *_plan_rows(state[st.KEY_PLAN]),
         *_progress_rows(state),
     ]
     return "\n".join(f"{label:<14}{value}" for label, value in rows)
@@ -61,44 +72,39 @@ def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("source", f"{source.get('kind', '?')}  {source.get('uri', '?')}"),
         ("  table", f"{source.get('table') or '-'}, {pinned}"),
-        ("  columns", ", ".join(columns) if columns else "all"),
+        ("  columns", ", ".join(map(str, columns)) if columns else "all"),
         ("  fingerprint", source.get("fingerprint") or "-"),
     ]
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    n, s = plan.get("num_rows"), plan["num_splits"]
-    length = plan.get("rows_per_split", n // s if isinstance(n, int) else "?")
-    shuffle = plan.get("shuffle")
+    n, s, length = plan["num_rows"], plan["num_splits"], plan["rows_per_split"]  # checked
     order = (
         f"shuffled, seed {plan.get('shuffle_seed')}, clump {plan.get('shuffle_clump_size')}"
-        if shuffle
+        if plan.get("shuffle")
         else "not shuffled"
     )
     return [
-        ("plan", f"N={_num(n)} rows, S={s} splits x L={_num(length)} rows, {order}"),
+        ("plan", f"N={n:,} rows, S={s} splits x L={length:,} rows, {order}"),
         ("  filter", str(plan.get("filter") or "-")),
         ("  drop_last", str(plan.get("drop_last"))),
     ]
 
 
 def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
-    plan, cursors = state["plan"], state["cursors"]
-    s = plan["num_splits"]
-    length = plan.get("rows_per_split")
+    """Every value here was checked by `check_state`: S >= 1, L >= 1, 0 <= cursor <= L."""
+    cursors: list[int] = state[st.KEY_CURSORS]
+    s, length = state[st.KEY_PLAN]["num_splits"], state[st.KEY_PLAN]["rows_per_split"]
     read = sum(cursors)
-    if isinstance(length, int) and length > 0:
-        share = f"{100 * read / (s * length):.1f}% of epoch"
-        done = f", {sum(c >= length for c in cursors)} of {s} splits finished"
-    else:
-        share, done = "? % of epoch", ""
-    saver = f"step {state.get('step', '?')}, saved by world_size {state.get('world_size', '?')}"
+    finished = sum(c == length for c in cursors)
+    saver = f"step {state[st.KEY_STEP]}, saved by world_size {state[st.KEY_WORLD_SIZE]}"
     median = _num(statistics.median(cursors))
     return [
-        ("epoch", f"{state['epoch']}  ({saver})"),
+        ("epoch", f"{state[st.KEY_EPOCH]}  ({saver})"),
         ("progress", f"cursor min {min(cursors):,} / median {median} / max {max(cursors):,} "
-                     f"of {_num(length)} per split"),
-        ("  read", f"{read:,} rows, {share}{done}; skipped {_num(state.get('skipped', 0))}"),
+                     f"of {length:,} per split"),
+        ("  read", f"{read:,} rows, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
+                   f"splits finished; skipped {state[st.KEY_SKIPPED]:,}"),
         ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
                        f"(those dividing S={s})"),
     ]  # fmt: skip

@@ -1,15 +1,23 @@
-"""`elastic-loader plan`: what a (rows, num_splits) layout supports, before a GPU is booked.
+"""`elastic-loader plan` and the dashboard's Planner: what a layout supports, before a GPU is booked.
 
-The same arithmetic backs the loader's errors (`check_world_size`), so what the planner
-says fits is exactly what the loader accepts.
+One answer for both: a world size W fits when it divides S (`check_world_size`, what the
+loader accepts) and, when a global batch G is given, divides G too (each rank's batch G/W
+is whole). Layout arithmetic only (`loader.layout`, standard library), so the Streamlit
+page uses it without importing torch or Numba. The work is bounded whatever the sizes:
+world sizes come from divisors found up to sqrt(S), the table lists at most `LISTED`
+of them, and the placement shows the first ranks of each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from loader.layout import owned_splits, supported_world_sizes
-from loader.plan import PlanSpec
+
+MAX_NUM_SPLITS = 2**40  # divisors up to sqrt(S) = 2**20: a fraction of a second
+MAX_ROWS = 2**63 - 1  # row positions are int64
+LISTED = 64  # world sizes in the table when none are asked for
+PLACED = 8  # ranks whose splits the table shows
 
 
 @dataclass(frozen=True)
@@ -18,9 +26,11 @@ class WorldFit:
 
     world_size: int
     supported: bool
+    reason: str  # why it does not fit; "" when it does
     splits_per_rank: int | None
     batch_size: int | None  # per rank, for the global batch asked for
-    placement: list[range] = field(default_factory=list)
+    batches_per_epoch: int | None
+    placement: list[range]  # the splits of the first `PLACED` ranks
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,26 @@ class PlanReport:
     global_batch: int | None
     identical_global_batches: bool | None
     batches_per_epoch: int | None
+    drop_last: bool
     fits: list[WorldFit]
+    unlisted: int  # supported world sizes left out of `fits` (none asked for, over LISTED)
+
+
+def check_layout(
+    rows: int, num_splits: int, world_sizes: list[int] | None, global_batch: int | None
+) -> None:
+    """ValueError naming the argument, its value and the accepted range, for absurd input."""
+    bounds = [
+        ("rows", rows, 1, MAX_ROWS),
+        ("num_splits", num_splits, 1, min(MAX_NUM_SPLITS, max(rows, 1))),
+        *(("world size", w, 1, MAX_ROWS) for w in world_sizes or []),
+    ]
+    if global_batch is not None:
+        bounds.append(("global_batch", global_batch, 1, MAX_ROWS))
+    for name, value, low, high in bounds:
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            why = " (every split needs a row)" if name == "num_splits" and value > rows else ""
+            raise ValueError(f"{name} must be an integer in [{low}, {high:,}]{why}, got {value!r}")
 
 
 def plan_report(
@@ -41,45 +70,63 @@ def plan_report(
     num_splits: int,
     world_sizes: list[int] | None = None,
     global_batch: int | None = None,
+    drop_last: bool = False,
 ) -> PlanReport:
-    """Everything `elastic-loader plan` prints, as data (the dashboard's planner uses it too)."""
-    spec = PlanSpec(rows, num_splits, shuffle=False)
+    """Everything `elastic-loader plan` prints, as data (the dashboard's Planner draws it)."""
+    check_layout(rows, num_splits, world_sizes, global_batch)
+    per_split = rows // num_splits
+    kept = num_splits * per_split
+    batches = None
+    if global_batch is not None:
+        batches = kept // global_batch if drop_last else -(-kept // global_batch)
     supported = supported_world_sizes(num_splits)
-    fits = []
-    for world in world_sizes or supported:
-        ok = world >= 1 and num_splits % world == 0
-        batch = global_batch // world if ok and global_batch and global_batch % world == 0 else None
-        placement = [owned_splits(r, world, num_splits) for r in range(world)] if ok else []
-        fits.append(WorldFit(world, ok, num_splits // world if ok else None, batch, placement))
-    identical = None if global_batch is None else global_batch % num_splits == 0
-    kept = num_splits * spec.rows_per_split
-    batches = None if global_batch is None else -(-kept // global_batch)
+    asked = supported[:LISTED] if world_sizes is None else world_sizes
     return PlanReport(
-        rows,
-        num_splits,
-        spec.rows_per_split,
-        spec.rows_dropped,
-        supported,
-        global_batch,
-        identical,
-        batches,
-        fits,
+        rows=rows,
+        num_splits=num_splits,
+        rows_per_split=per_split,
+        rows_dropped=rows - kept,
+        supported_world_sizes=supported,
+        global_batch=global_batch,
+        identical_global_batches=None if global_batch is None else global_batch % num_splits == 0,
+        batches_per_epoch=batches,
+        drop_last=drop_last,
+        fits=[_fit(w, num_splits, global_batch, batches) for w in asked],
+        unlisted=len(supported) - len(asked) if world_sizes is None else 0,
     )
 
 
-def _ranges(placement: list[range], limit: int = 8) -> str:
-    shown = [f"r{i}:[{p.start},{p.stop})" for i, p in enumerate(placement[:limit])]
-    return " ".join(shown) + (
-        f" … ({len(placement) - limit} more)" if len(placement) > limit else ""
-    )
+def _fit(world: int, num_splits: int, global_batch: int | None, batches: int | None) -> WorldFit:
+    """Every fitting W has the same batches per epoch: (S·L/W) / (G/W) = S·L/G."""
+    reason = ""
+    if num_splits % world:
+        reason = f"S={num_splits} is not a multiple of W (S % W = {num_splits % world})"
+    elif global_batch is not None and global_batch % world:
+        reason = f"G={global_batch} is not a multiple of W: the batch per rank would not be whole"
+    if reason:
+        return WorldFit(world, False, reason, None, None, None, [])
+    placement = [owned_splits(r, world, num_splits) for r in range(min(world, PLACED))]
+    batch = None if global_batch is None else global_batch // world
+    return WorldFit(world, True, "", num_splits // world, batch, batches, placement)
+
+
+def _ranges(fit: WorldFit) -> str:
+    shown = [f"r{i}:[{p.start},{p.stop})" for i, p in enumerate(fit.placement)]
+    more = fit.world_size - len(fit.placement)
+    return " ".join(shown) + (f" … ({more:,} more)" if more else "")
+
+
+def _shown(sizes: list[int], limit: int = LISTED) -> str:
+    text = ", ".join(map(str, sizes[:limit]))
+    return text + (f", … ({len(sizes) - limit:,} more)" if len(sizes) > limit else "")
 
 
 def format_report(report: PlanReport, num_workers: int = 0) -> str:
     lines = [
         f"rows N = {report.rows:,}, num_splits S = {report.num_splits}",
-        f"rows per split L = N // S = {report.rows_per_split:,}; rows dropped per epoch: {report.rows_dropped} "
-        f"(the last ones of each epoch's shuffled order)",
-        f"world sizes S supports: {', '.join(map(str, report.supported_world_sizes))}",
+        f"rows per split L = N // S = {report.rows_per_split:,}; rows dropped per epoch: "
+        f"{report.rows_dropped} (the last ones of each epoch's shuffled order)",
+        f"world sizes S supports: {_shown(report.supported_world_sizes)}",
         f"workers: num_workers={num_workers} per rank works with every supported world size "
         f"(workers change nothing in what a rank yields)",
     ]
@@ -90,8 +137,8 @@ def format_report(report: PlanReport, num_workers: int = 0) -> str:
             else f"no: make G a multiple of S={report.num_splits}"
         )
         lines.append(
-            f"global batch G = {report.global_batch}: identical global batches on every world size: {verdict}; "
-            f"{report.batches_per_epoch} global batches per epoch"
+            f"global batch G = {report.global_batch}: identical global batches on every world "
+            f"size: {verdict}; {report.batches_per_epoch} global batches per epoch"
         )
     lines.append("")
     lines.append(
@@ -101,14 +148,13 @@ def format_report(report: PlanReport, num_workers: int = 0) -> str:
         batch = "-" if fit.batch_size is None else str(fit.batch_size)
         per = "-" if fit.splits_per_rank is None else str(fit.splits_per_rank)
         procs = fit.world_size * max(1, num_workers)
-        where = (
-            _ranges(fit.placement)
-            if fit.supported
-            else f"S % W = {report.num_splits % fit.world_size}"
-        )
+        where = _ranges(fit) if fit.supported else fit.reason
+        verdict = "yes" if fit.supported else "no"
         lines.append(
-            f"{fit.world_size:>5}  {'yes' if fit.supported else 'no':<4}  {per:>11}  {batch:>10}  {procs:>9}  {where}"
+            f"{fit.world_size:>5}  {verdict:<4}  {per:>11}  {batch:>10}  {procs:>9}  {where}"
         )
+    if report.unlisted:
+        lines.append(f"… and {report.unlisted:,} more world sizes (ask with --world-sizes)")
     return "\n".join(lines)
 
 
@@ -122,4 +168,4 @@ def print_plan(
     """Print the report; exit status 1 when an asked-for world size does not fit."""
     report = plan_report(rows, num_splits, world_sizes, global_batch)
     print(format_report(report, num_workers))
-    return 0 if all(f.supported for f in report.fits) else 1
+    return 1 if world_sizes and not all(f.supported for f in report.fits) else 0

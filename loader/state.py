@@ -1,5 +1,9 @@
 """The loader state: its keys, how it is built, and how a loaded one is checked.
 
+Every check of a state lives here (standard library only, so `loader.checkpoint` and
+`elastic-loader inspect` use them without torch): `check_state` for what a state must be
+in itself, `check_plan`/`check_source`/`check_cursors` for whether it fits a dataset.
+
 The state is per split, never per rank: `{epoch, cursors[S]}` plus what identifies the
 plan and the source. It means the same on any world size that divides S.
 """
@@ -21,6 +25,7 @@ KEY_CURSORS = "cursors"
 KEY_SKIPPED = "skipped"
 KEY_WORLD_SIZE = "world_size"
 KEY_STEP = "step"
+KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 
 # Source fields that must match for a resume to read the same rows. The version is not
 # here: a resume reopens the table at the state's version instead of comparing it; the
@@ -31,46 +36,150 @@ OPTIONAL_SOURCE_FIELDS = ("version_id",)
 
 
 def make_state(
-    plan: dict[str, Any],
-    source: dict[str, Any],
-    epoch: int,
-    cursors: list[int],
-    skipped: int,
-    world_size: int,
-    step: int,
+    plan: dict[str, Any], source: dict[str, Any], position: dict[str, Any]
 ) -> dict[str, Any]:
+    """The state: what identifies plan and source, and the position (`Progress.state_dict`)."""
     return {
         KEY_FORMAT: FORMAT,
         KEY_FORMAT_VERSION: FORMAT_VERSION,
         KEY_PLAN: dict(plan),
         KEY_SOURCE: dict(source),
-        KEY_EPOCH: int(epoch),
-        KEY_CURSORS: [int(c) for c in cursors],
-        KEY_SKIPPED: int(skipped),
-        KEY_WORLD_SIZE: int(world_size),
-        KEY_STEP: int(step),
+        KEY_EPOCH: int(position[KEY_EPOCH]),
+        KEY_CURSORS: [int(c) for c in position[KEY_CURSORS]],
+        KEY_SKIPPED: int(position[KEY_SKIPPED]),
+        KEY_WORLD_SIZE: int(position[KEY_WORLD_SIZE]),
+        KEY_STEP: int(position[KEY_STEP]),
+        KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
     }
 
 
-def check_header(state: Any) -> None:
-    """A dict of this format and a version we can read, else ValueError saying which."""
+class StateError(ValueError):
+    """A loader state that is wrong in itself; `field` is the dotted path of the bad value.
+
+    `checkpoint.load` turns it into a CheckpointError naming the file and `payload.<field>`.
+    """
+
+    def __init__(self, field: str | None, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        where = f" field {field!r}" if field else ""
+        super().__init__(f"loader state{where}: {problem}")
+
+
+REQUIRED = (
+    KEY_FORMAT,
+    KEY_FORMAT_VERSION,
+    KEY_PLAN,
+    KEY_SOURCE,
+    KEY_EPOCH,
+    KEY_CURSORS,
+    KEY_SKIPPED,
+    KEY_WORLD_SIZE,
+    KEY_STEP,
+)
+INT64_LIMIT = 2**63  # counters go into int64 arrays and Numba kernels
+
+
+def check_state(state: Any) -> None:
+    """Raise StateError unless `state` is a well-formed state, consistent in itself.
+
+    What a state must be whatever dataset it is loaded into: this format and a version we
+    read, counters in range, one cursor per split within the split's length, a world size
+    that divides S. Extra keys (in the state, its plan or its source) are left alone, so a
+    newer optional field does not break an older reader.
+    """
     if not isinstance(state, dict):
-        raise ValueError(f"loader state must be a dict, got {type(state).__name__}")
-    missing = [
-        k for k in (KEY_FORMAT, KEY_PLAN, KEY_SOURCE, KEY_EPOCH, KEY_CURSORS) if k not in state
-    ]
+        raise StateError(None, f"must be a dict, got {type(state).__name__}")
+    missing = [key for key in REQUIRED if key not in state]
     if missing:
-        raise ValueError(
-            f"loader state is missing fields {missing}; is it an elastic-loader state?"
+        raise StateError(
+            missing[0], f"is missing (missing fields {missing}); is it an elastic-loader state?"
         )
     if state[KEY_FORMAT] != FORMAT:
-        raise ValueError(f"loader state has format {state[KEY_FORMAT]!r}, expected {FORMAT!r}")
-    version = state.get(KEY_FORMAT_VERSION)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ValueError(
-            f"loader state has format_version {version!r}; this elastic-loader reads up to "
-            f"{FORMAT_VERSION}: upgrade elastic-loader to resume from it"
+        raise StateError(KEY_FORMAT, f"is {state[KEY_FORMAT]!r}, expected {FORMAT!r}")
+    check_version(KEY_FORMAT_VERSION, state[KEY_FORMAT_VERSION], FORMAT_VERSION)
+    for key in (KEY_PLAN, KEY_SOURCE):
+        if not isinstance(state[key], dict):
+            raise StateError(key, f"must be an object, got {type(state[key]).__name__}")
+    num_splits, rows_per_split = _check_plan_shape(state[KEY_PLAN])
+    _check_columns(state[KEY_SOURCE].get("columns"))
+    check_count(KEY_EPOCH, state[KEY_EPOCH])
+    _check_cursor_list(state[KEY_CURSORS], num_splits, rows_per_split)
+    check_count(KEY_SKIPPED, state[KEY_SKIPPED], num_splits * rows_per_split)
+    world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], num_splits, low=1)
+    if num_splits % world_size:
+        raise StateError(
+            KEY_WORLD_SIZE,
+            f"is {world_size}, which does not divide plan.num_splits={num_splits}: "
+            "no run of this plan can have saved it",
         )
+    check_count(KEY_STEP, state[KEY_STEP])
+
+
+def check_version(field: str, version: Any, supported: int) -> None:
+    """An integer >= 1 and <= `supported`; a newer one says to upgrade."""
+    if not _is_int(version) or version < 1:
+        raise StateError(field, f"is {version!r}, expected an integer >= 1")
+    if version > supported:
+        raise StateError(
+            field,
+            f"format_version {version} is newer than this elastic-loader reads ({supported} at "
+            "most): it was written by a newer release; upgrade elastic-loader to resume from it",
+        )
+
+
+def check_count(field: str, value: Any, high: int = INT64_LIMIT - 1, low: int = 0) -> int:
+    """`value` if it is an integer in [low, high], else StateError naming `field` and the range."""
+    if not _is_int(value) or not low <= value <= high:
+        raise StateError(field, f"is {value!r}, expected an integer in [{low}, {high}]")
+    return int(value)
+
+
+def is_count(value: Any) -> bool:
+    """An integer >= 0 (not a bool)."""
+    return _is_int(value) and value >= 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_plan_shape(plan: dict[str, Any]) -> tuple[int, int]:
+    """(S, L) of the plan, after checking that N, S and L agree (L = N // S)."""
+    num_splits = check_count(f"{KEY_PLAN}.num_splits", plan.get("num_splits"), low=1)
+    num_rows = check_count(f"{KEY_PLAN}.num_rows", plan.get("num_rows"), low=num_splits)
+    rows_per_split = plan.get("rows_per_split")
+    if not _is_int(rows_per_split) or rows_per_split != num_rows // num_splits:
+        raise StateError(
+            f"{KEY_PLAN}.rows_per_split",
+            f"is {rows_per_split!r}, but num_rows // num_splits = {num_rows} // {num_splits} "
+            f"= {num_rows // num_splits}",
+        )
+    return num_splits, rows_per_split
+
+
+def _check_columns(columns: Any) -> None:
+    if columns is None:
+        return
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise StateError(
+            f"{KEY_SOURCE}.columns", f"is {columns!r}, expected null or a list of column names"
+        )
+
+
+def _check_cursor_list(cursors: Any, num_splits: int, rows_per_split: int) -> None:
+    if not isinstance(cursors, list) or len(cursors) != num_splits:
+        got = len(cursors) if isinstance(cursors, list) else type(cursors).__name__
+        raise StateError(
+            KEY_CURSORS, f"has {got} cursors, expected num_splits={num_splits} (one per split)"
+        )
+    for split, cursor in enumerate(cursors):
+        if not _is_int(cursor) or not 0 <= cursor <= rows_per_split:
+            raise StateError(
+                f"{KEY_CURSORS}[{split}]",
+                f"the cursor of split {split} is {cursor!r}, outside [0, {rows_per_split}] "
+                "(rows_per_split)",
+            )
 
 
 def check_plan(state: dict[str, Any], plan: dict[str, Any], fields: tuple[str, ...]) -> None:
@@ -114,16 +223,8 @@ def _check_relative_uri(uri: Any) -> None:
 
 
 def check_cursors(state: dict[str, Any], num_splits: int, rows_per_split: int) -> list[int]:
+    """The state's cursors, checked against this dataset's S and L (they may differ from the
+    state's own plan when the source is allowed to change)."""
     cursors = state[KEY_CURSORS]
-    if not isinstance(cursors, list) or len(cursors) != num_splits:
-        got = len(cursors) if isinstance(cursors, list) else type(cursors).__name__
-        raise ValueError(f"loader state has {got} cursors, expected num_splits={num_splits}")
-    for split, cursor in enumerate(cursors):
-        if not isinstance(cursor, int) or not 0 <= cursor <= rows_per_split:
-            raise ValueError(
-                f"loader state cursor of split {split} is {cursor!r}, outside [0, {rows_per_split}]"
-            )
-    epoch = state[KEY_EPOCH]
-    if not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"loader state epoch is {epoch!r}, expected an integer >= 0")
+    _check_cursor_list(cursors, num_splits, rows_per_split)
     return list(cursors)

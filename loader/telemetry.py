@@ -8,12 +8,18 @@ with orjson over stdlib `urllib`. The trade-off is deliberate: telemetry is loss
 collector is down, slow or refusing, events are dropped with one `TelemetryWarning`, the
 sender backs off, and the job never waits: that is worth more than a complete record.
 
-Wire format (validated by `dashboard/collector/models.py`): `POST {url}/api/events` with
+Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models.py`):
+`POST {url}/api/events` with
 `{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
 (host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
 `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
 the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
-kind-specific fields of `event(kind, **fields)`).
+kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
+`closed` event (`data.reason`: `close` for `close()` or a collected loader, `exit` at
+interpreter exit), so the dashboard can tell a finished rank from a crashed one.
+
+The token goes only to the URL given: redirects are never followed (the collector never
+sends one), so a redirect cannot carry the token to another origin.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import inspect
 import logging
 import os
 import queue
-import re
 import socket
+import sys
 import threading
 import time
+import types
+import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 import weakref
@@ -37,14 +46,22 @@ from typing import Any
 
 import orjson
 
+from loader.wire import (
+    CLOSE_REASON_CLOSE,
+    CLOSE_REASON_EXIT,
+    CLOSED,
+    INGEST_PATH,
+    PROGRESS,
+    RUN_ID,
+)
+
 __all__ = ["ENV_RUN_ID", "ENV_TOKEN", "ENV_URL", "TelemetryClient", "TelemetryWarning"]
 
 ENV_URL = "ELASTIC_LOADER_TELEMETRY"
 ENV_RUN_ID = "ELASTIC_LOADER_RUN_ID"
 ENV_TOKEN = "ELASTIC_LOADER_TELEMETRY_TOKEN"
-INGEST_PATH = "/api/events"
-# What the collector accepts as a run id (dashboard/collector/models.py says the same).
-RUN_ID = re.compile(r"[^/\x00-\x1f\x7f]{1,128}")
+# At interpreter exit, all clients together wait at most this long for their last send.
+EXIT_BUDGET_S = 2.0
 
 STATIC_KEYS = (
     "host",
@@ -55,9 +72,11 @@ STATIC_KEYS = (
     "num_splits",
     "rows_per_split",
     "batch_size",
+    "total_epochs",
+    "total_steps",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
-POSITION_KEYS = ("epoch", "step", "splits", "cursors")
+POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors")
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
@@ -65,10 +84,68 @@ _LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_all() -> None:
-    """Flush every open client at interpreter exit (torchrun ranks exit normally)."""
+def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
+    """Flush every open client at interpreter exit (torchrun ranks exit normally).
+
+    All senders are told at once and share one deadline, so exit waits `budget_s` at most
+    however many clients there are and however dead the collector is.
+    """
+    clients = [c for c in list(_LIVE) if not c._stop.is_set()]
+    for client in clients:
+        client._finish(CLOSE_REASON_EXIT)
+    deadline = time.monotonic() + budget_s
+    for client in clients:
+        client._thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def job_length(total_epochs: int | None, total_steps: int | None) -> dict[str, int]:
+    """The static fields for a job's stated length; a bad value is a ValueError naming it."""
+    out = {}
+    for name, value in (("total_epochs", total_epochs), ("total_steps", total_steps)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{name} must be a positive int (how many the job will run), got {value!r}"
+            )
+        out[name] = value
+    return out
+
+
+def checkpoint_saved(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """`loader.checkpoint.save` wrote `state` to `path`: every live client of this process
+    whose loader is at that position sends a `checkpoint_saved` event (with the path), so
+    the timeline shows checkpoints without a call the user must know about."""
     for client in list(_LIVE):
-        client.close()
+        client.saved_if_mine(state, path)
+
+
+# Where torch.distributed.checkpoint's save runs: a loader's `state_dict()` called from
+# there is a DCP save (`dcp.load` also calls `state_dict()`, from state_dict_loader.py).
+_DCP_SAVER = ("checkpoint", "state_dict_saver.py")
+_DCP_SAVE_FUNCTIONS = ("save", "async_save", "save_state_dict")
+
+
+def dcp_save_target(max_depth: int = 40) -> str | None:
+    """The `checkpoint_id` of the `torch.distributed.checkpoint.save` that is running on this
+    thread (a loader passed as a `Stateful` is asked for its state from inside it), else None.
+
+    DCP has no hook to tell a `Stateful` that it is being saved; a look at the caller frames
+    (cheap: only when `state_dict()` is called with telemetry on) is how the timeline gets
+    DCP checkpoints without a call the user must know about.
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name in _DCP_SAVE_FUNCTIONS and code.co_filename.endswith(
+            os.path.join(*_DCP_SAVER)
+        ):
+            target = frame.f_locals.get("checkpoint_id") or frame.f_locals.get("storage_writer")
+            return _field(target) if target is not None else "DCP checkpoint"
+        frame = frame.f_back
+    return None
 
 
 class TelemetryWarning(RuntimeWarning):
@@ -101,10 +178,56 @@ def _field(value: Any) -> Any:
     return str(value)
 
 
+def _reason(exc: BaseException) -> str:
+    """What went wrong, with the collector's own explanation of a 4xx when it gave one."""
+    if not isinstance(exc, urllib.error.HTTPError) or exc.fp is None:
+        return str(exc)
+    try:
+        detail = orjson.loads(exc.read(4096)).get("detail")
+    except Exception:  # not our collector's JSON: the status line says enough
+        return str(exc)
+    return f"{exc}: {detail}" if isinstance(detail, str) else str(exc)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse every redirect: following one would re-send the bearer token elsewhere."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        raise urllib.error.HTTPError(
+            req.full_url, code, f"redirect to {newurl} not followed", headers, fp
+        )
+
+
+def check_url(url: str) -> str:
+    """The collector's base URL without a trailing '/', or a ValueError saying what is wrong."""
+    why = ""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+        if parts.scheme not in ("http", "https"):
+            why = f"scheme {parts.scheme!r} is not http or https"
+        elif not parts.hostname:
+            why = "it names no host"
+        elif port == 0:
+            why = "port 0 cannot be connected to"
+        elif parts.query or parts.fragment:
+            why = "it has a query or fragment"
+    except ValueError as exc:
+        why = str(exc)
+    if why:
+        raise ValueError(
+            f"Invalid telemetry URL {url!r}: {why}; give the collector's address, "
+            "e.g. telemetry='http://127.0.0.1:8765' or ELASTIC_LOADER_TELEMETRY=http://node0:8765"
+        )
+    return url.rstrip("/")
+
+
 def _position(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
-    for key in ("epoch", "step"):
+    for key in ("epoch", "step", "global_step"):
         if key in out:
             out[key] = int(out[key])
     splits, cursors = out.get("splits"), out.get("cursors")
@@ -137,7 +260,7 @@ class TelemetryClient:
                 f"Invalid telemetry run_id {run_id!r}: use 1-128 printable characters "
                 "without '/' (e.g. ELASTIC_LOADER_RUN_ID=llama-run-7)"
             )
-        self.endpoint = url.rstrip("/") + INGEST_PATH
+        self.endpoint = check_url(url) + INGEST_PATH
         self.run_id = run_id
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
@@ -146,7 +269,7 @@ class TelemetryClient:
         self.sent = 0
         self.dropped = 0
         # No proxies: a cluster-local collector reached through $http_proxy would be a surprise.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
         self._headers = {"Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -163,6 +286,7 @@ class TelemetryClient:
         self._warned = False
         self._retry_at = 0.0
         self._backoff_s = interval_s
+        self._close_reason = CLOSE_REASON_CLOSE
         self._stop = threading.Event()
         self._wake = threading.Event()  # a discrete event goes out now, not at the next tick
         self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
@@ -206,6 +330,44 @@ class TelemetryClient:
         self._offer(ev)
         self._wake.set()
 
+    def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+        """Send `checkpoint_saved` if `state` is this rank's loader's current position
+        (same epoch, same cursors of its splits); a state of another loader is ignored."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None or self._stop.is_set():
+            return
+        try:
+            now = _position(snapshot(), self.static.get("num_splits"))
+            cursors = state.get("cursors")
+            lo, hi = now["splits"]
+            mine = list(cursors[lo:hi]) if isinstance(cursors, list) else None
+            if state.get("epoch") != now.get("epoch") or mine != now.get("cursors"):
+                return
+        except Exception:  # an odd state or a snapshot racing the loader: no event
+            logger.debug("telemetry: could not match a saved state", exc_info=True)
+            return
+        self.event(
+            "checkpoint_saved",
+            path=path,
+            epoch=now.get("epoch"),
+            step=state.get("step", now.get("step")),
+            global_step=state.get("global_step", now.get("global_step")),
+        )
+
+    def state_taken(self, state: Mapping[str, Any]) -> None:
+        """The loader's `state_dict()` returned `state`: if a DCP save asked for it, that is
+        a checkpoint (`loader.checkpoint.save` reports its own through `saved_if_mine`)."""
+        target = dcp_save_target()
+        if target is not None:
+            self.event(
+                "checkpoint_saved",
+                path=target,
+                via="dcp",
+                epoch=state.get("epoch"),
+                step=state.get("step"),
+                global_step=state.get("global_step"),
+            )
+
     def close(self, timeout_s: float | None = None) -> None:
         """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""
         if self._stop.is_set():
@@ -213,8 +375,10 @@ class TelemetryClient:
         self._finish()
         self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
 
-    def _finish(self) -> None:
+    def _finish(self, reason: str = CLOSE_REASON_CLOSE) -> None:
         """Ask the sender for its final flush now (never blocks: it may run inside GC)."""
+        if not self._stop.is_set():
+            self._close_reason = reason
         self._stop.set()
         self._wake.set()
 
@@ -242,7 +406,7 @@ class TelemetryClient:
         self._seen = totals
         interval = max(now - self._last_tick, 1e-6)
         self._last_tick = now
-        ev = self._base("progress", time.time())
+        ev = self._base(PROGRESS, time.time())
         ev.update(rows=rows, batches=batches, wait_s=wait_s, interval_s=interval)
         ev["rows_per_s"] = rows / interval
         snapshot = self._snapshot() if self._snapshot is not None else None
@@ -262,6 +426,13 @@ class TelemetryClient:
                 events.append(self._queue.get_nowait())
         return events
 
+    def _closing(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The last batch: `events` and a `closed` event at the final progress's position."""
+        closed = self._base(CLOSED, time.time())
+        closed.update({k: events[0][k] for k in ("epoch", "step") if k in events[0]})
+        closed["data"] = {"reason": self._close_reason}
+        return [*events, closed]
+
     def _run(self) -> None:
         try:
             while True:
@@ -270,7 +441,7 @@ class TelemetryClient:
                 if self._stop.is_set():
                     break
                 self._send(self._drain())
-            self._send(self._drain(), final=True)
+            self._send(self._closing(self._drain()), final=True)
         except Exception:  # e.g. `-W error` turning the warning into an exception
             logger.exception("telemetry sender stopped; events are dropped from now on")
 
@@ -278,12 +449,12 @@ class TelemetryClient:
         if not final and time.monotonic() < self._retry_at:
             self.dropped += len(events)
             return
-        body = orjson.dumps({"events": events})
-        request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
         try:
+            body = orjson.dumps({"events": events})
+            request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
             with self._opener.open(request, timeout=self.timeout_s) as response:
                 response.read()
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+        except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
             self._failed(len(events), exc)
             return
         self.sent += len(events)
@@ -298,7 +469,7 @@ class TelemetryClient:
         if not self._warned:
             self._warned = True
             warnings.warn(
-                f"elastic-loader telemetry: cannot reach {self.endpoint} ({exc}); "
+                f"elastic-loader telemetry: cannot reach {self.endpoint} ({_reason(exc)}); "
                 "dropping events from now on, training continues",
                 TelemetryWarning,
                 stacklevel=2,

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from loader import checkpoint
+from loader import checkpoint, checkpoint_io
 from loader.checkpoint import CheckpointError, latest, load, save
 from loader.cli import main as cli_main
 from loader.inspect import print_inspect
@@ -89,14 +91,15 @@ def test_round_trip_and_layout(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["a.json"]  # no temporary file left behind
 
 
-def test_payload_tag_matches_the_loader_state() -> None:
-    """checkpoint.py stays import-light, so it repeats two constants of loader/state.py."""
-    from loader import state
-
-    assert (checkpoint.STATE_FORMAT, checkpoint.STATE_FORMAT_VERSION) == (
-        state.FORMAT,
-        state.FORMAT_VERSION,
+def test_checkpoint_and_inspect_import_without_torch() -> None:
+    """The state's checks live in loader/state.py, which stays standard-library only."""
+    code = (
+        "import sys, loader.checkpoint, loader.inspect, loader.state\n"
+        "heavy = sorted({'torch', 'numba', 'lance', 'pyarrow'} & set(sys.modules))\n"
+        "assert not heavy, heavy\n"
+        "assert loader.checkpoint.check_state is loader.state.check_state"
     )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_checksum_covers_content_not_layout(tmp_path: Path) -> None:
@@ -139,6 +142,8 @@ def test_save_rejects_values_json_would_change(tmp_path: Path) -> None:
         save(make_state(plan={**make_state()["plan"], "ratio": float("nan")}), path)
     with pytest.raises(TypeError, match="state_dict"):
         save(object(), path)  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match=r"'payload\.step': is -1000"):
+        save({**make_state(), "step": -1000}, path)  # what load would refuse
     assert not path.exists()
 
 
@@ -176,8 +181,9 @@ import importlib.util, sys
 spec = importlib.util.spec_from_file_location("ckpt", sys.argv[1])
 ckpt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ckpt)
-state = {"format": "elastic-loader/state", "format_version": 1,
-         "plan": {"num_splits": 300000}, "source": {}, "epoch": 0}
+state = {"format": "elastic-loader/state", "format_version": 1, "source": {},
+         "plan": {"num_rows": 300000 * 1000, "num_splits": 300000, "rows_per_split": 1000},
+         "epoch": 0, "skipped": 0, "world_size": 1, "step": 0}
 for epoch in range(10**9):
     state["epoch"] = epoch
     state["cursors"] = [(epoch * 7 + s) % 1000 for s in range(300000)]
@@ -312,14 +318,115 @@ def test_future_format_versions_are_refused(tmp_path: Path) -> None:
         ({"epoch": -1}, "payload.epoch"),
         ({"plan": {"num_splits": 0}}, "payload.plan.num_splits"),
         ({"source": None}, "payload.source"),
+        # Counters out of range (issue 10, item 19): each loaded before and broke later.
+        ({"step": -1000}, "payload.step"),
+        ({"step": 2**63}, "payload.step"),
+        ({"epoch": 2**63}, "payload.epoch"),
+        ({"skipped": -1}, "payload.skipped"),
+        ({"skipped": 8 * 125 + 1}, "payload.skipped"),
+        ({"world_size": 0}, "payload.world_size"),
+        ({"world_size": 3}, "payload.world_size"),
+        ({"world_size": 16}, "payload.world_size"),
+        ({"cursors": [126, 0, 0, 0, 0, 0, 0, 0]}, "payload.cursors[0]"),
+        ({"cursors": [0, 0, 0, 0, 0, 0, 0, 2**62]}, "payload.cursors[7]"),
+        ({"cursors": [0, 0, 1.5, 0, 0, 0, 0, 0]}, "payload.cursors[2]"),
+        (
+            {"plan": {**make_state()["plan"], "rows_per_split": 2**62}},
+            "payload.plan.rows_per_split",
+        ),
+        ({"plan": {**make_state()["plan"], "num_rows": 7}}, "payload.plan.num_rows"),
+        ({"plan": {**make_state()["plan"], "num_splits": True}}, "payload.plan.num_splits"),
+        ({"source": {**make_state()["source"], "columns": [1, 2]}}, "payload.source.columns"),
+        ({"source": {**make_state()["source"], "columns": "id"}}, "payload.source.columns"),
+        ({"step": None}, "payload.step"),
     ],
 )
 def test_malformed_payload_with_valid_checksum_is_refused(
     tmp_path: Path, changes: dict, field: str
 ) -> None:
     path = tmp_path / "odd.json"
-    path.write_bytes(checkpoint.encode(make_state(**changes)))
+    path.write_bytes(checkpoint.encode({**make_state(), **changes}))
     assert_refused(path, field)
+
+
+def test_missing_state_fields_are_named(tmp_path: Path) -> None:
+    state = make_state()
+    del state["step"], state["world_size"]
+    path = tmp_path / "old.json"
+    path.write_bytes(checkpoint.encode(state))
+    assert_refused(path, "payload.world_size", "missing fields ['world_size', 'step']")
+
+
+def test_unknown_keys_are_kept(tmp_path: Path) -> None:
+    """A newer optional field (say a version identity in `source`) does not break loading."""
+    state = make_state(source={**make_state()["source"], "version_id": "uuid:1234"}, extra=1)
+    assert load(save(state, tmp_path / "a.json")) == state
+
+
+def test_a_state_written_before_the_shared_checks_still_loads() -> None:
+    """A file saved by the release before this change (tests/fixtures), byte for byte."""
+    fixture = Path(__file__).parent / "fixtures" / "checkpoint-v1.json"
+    state = load(fixture)
+    assert state["plan"]["num_splits"] == 8 and state["cursors"] == [240] * 8
+    assert checkpoint.encode(state) == fixture.read_bytes()
+
+
+def test_load_state_dict_runs_the_same_checks(arrow_rows: Any) -> None:
+    """`restore` = load + load_state_dict, and a dict given straight to the loader is
+    checked the same way: a checksum-valid step=-1000 is refused, not saved later."""
+    from loader import StreamingDataLoader, StreamingDataset
+
+    dl = StreamingDataLoader(StreamingDataset(arrow_rows, num_splits=4), batch_size=8)
+    good = dl.state_dict()
+    for field, value in [("step", -1000), ("skipped", -1), ("world_size", 3), ("epoch", -1)]:
+        with pytest.raises(ValueError, match=rf"field '{field}': is {value}"):
+            dl.load_state_dict({**good, field: value})
+    dl.load_state_dict(good)
+
+
+# ---------------------------------------------------------------- what a checkpoint file is
+
+_LOAD_IN_CHILD = """
+import sys
+from loader.checkpoint import CheckpointError, load
+try:
+    load(sys.argv[1])
+except CheckpointError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO blocked load forever; a link to /dev/zero filled memory. Run in a child under
+    a timeout so that a regression fails instead of hanging the suite."""
+    path = tmp_path / "ckpt.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "is a named pipe (FIFO), not a regular file"
+    else:
+        path.symlink_to("/dev/zero")
+        expected = "is a character device (a link to /dev/zero), not a regular file"
+    for command in (
+        [sys.executable, "-c", _LOAD_IN_CHILD, str(path)],
+        [sys.executable, "-m", "loader.cli", "inspect", str(path)],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert f"checkpoint {path}: {expected}" in done.stdout + done.stderr
+    assert done.returncode == 2  # inspect
+
+
+def test_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(checkpoint.MAX_FILE_BYTES + 1)  # sparse: nothing is written
+    assert_refused(huge, None, "67,108,865 bytes, over the 67,108,864-byte limit")
+    # save refuses what load would refuse; checked with a small limit to stay cheap
+    monkeypatch.setattr(checkpoint_io, "MAX_FILE_BYTES", 2_000)
+    save(make_state(), tmp_path / "small.json")
+    with pytest.raises(CheckpointError, match="over the 2,000-byte limit"):
+        save(make_state(num_splits=1000), tmp_path / "big.json")
+    assert not (tmp_path / "big.json").exists()
 
 
 def test_missing_file_and_folder(tmp_path: Path) -> None:
@@ -370,6 +477,25 @@ def test_inspect_of_a_bad_file_exits_2_naming_it(
     assert "no checkpoint (*.json) files" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"cursors": [2**62] * 8}, "payload.cursors[0]"),  # printed 7686143364045646848.0%
+        ({"step": -1000}, "payload.step"),
+        ({"source": {**make_state()["source"], "columns": [1, None]}}, "payload.source.columns"),
+    ],
+)
+def test_inspect_refuses_what_load_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict, field: str
+) -> None:
+    path = tmp_path / "odd.json"
+    path.write_bytes(checkpoint.encode({**make_state(), **changes}))
+    assert cli_main(["inspect", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"checkpoint {path}: field {field!r}" in captured.err
+
+
 def test_inspect_of_a_folder_describes_its_newest_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -379,3 +505,40 @@ def test_inspect_of_a_folder_describes_its_newest_file(
     assert print_inspect(tmp_path) == 0
     out = capsys.readouterr().out
     assert str(new) in out and "epoch         3" in out
+
+
+@st.composite
+def _states(draw: st.DrawFn) -> dict:
+    """Any state a loader can save: W divides S, cursors within L, counters in range."""
+    num_splits = draw(st.integers(1, 24))
+    rows_per_split = draw(st.integers(1, 50))
+    divisors = [w for w in range(1, num_splits + 1) if num_splits % w == 0]
+    state = make_state(num_splits=num_splits)
+    state["plan"].update(num_rows=num_splits * rows_per_split + draw(st.integers(0, num_splits - 1)),
+                         rows_per_split=rows_per_split)  # fmt: skip
+    state.update(
+        cursors=draw(
+            st.lists(st.integers(0, rows_per_split), min_size=num_splits, max_size=num_splits)
+        ),
+        epoch=draw(st.integers(0, 2**63 - 1)),
+        step=draw(st.integers(0, 2**63 - 1)),
+        skipped=draw(st.integers(0, num_splits * rows_per_split)),
+        world_size=draw(st.sampled_from(divisors)),
+    )
+    return state
+
+
+@given(_states(), st.sampled_from(["epoch", "step", "skipped", "world_size", "cursors"]))
+def test_every_saveable_state_loads_and_one_bad_counter_is_named(state: dict, field: str) -> None:
+    data = checkpoint.encode(state)
+    assert checkpoint.verify("mem.json", data) == state
+    bad = dict(state)
+    if field == "cursors":
+        split = len(state["cursors"]) - 1
+        bad["cursors"] = [*state["cursors"][:-1], state["plan"]["rows_per_split"] + 1]
+        field = f"cursors[{split}]"
+    else:
+        bad[field] = -1
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.verify("mem.json", checkpoint.encode(bad))
+    assert info.value.field == f"payload.{field}"

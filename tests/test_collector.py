@@ -6,6 +6,10 @@ view must agree with the contract's placement and with the models published in O
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
+import os
 import signal
 import socket
 import subprocess
@@ -21,6 +25,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+import loader
 from dashboard import charts
 from dashboard.client import CollectorClient
 from dashboard.collector import models
@@ -28,17 +33,15 @@ from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
 from dashboard.launch import free_port, run_dashboard, start_dashboard
-from dashboard.placement import (
-    RankRate,
-    owned_splits,
-    owners,
-    plan_fits,
-    stragglers,
-    supported_world_sizes,
-)
+from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
+from loader import cli
+from loader.layout import owned_splits, supported_world_sizes
 
-T0 = 1_700_000_000.0
+# Two hours ago on a whole hour: recent enough for the collector's clock window.
+T0 = float(int(time.time()) // 3600 * 3600 - 7200)
+# TestClient's default Host ("testserver") is not one the collector serves.
+LOCAL = "http://127.0.0.1"
 BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
 AFTER = SyntheticRun(
     "job", 4, 48, 20_000, 20, T0 + 31, slow_rank=2, world_size_before=8, start_rows=60_000
@@ -47,7 +50,7 @@ AFTER = SyntheticRun(
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "c.db")))) as c:
+    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
         yield c
 
 
@@ -68,9 +71,11 @@ def _dump(client: TestClient) -> list[Any]:
     return [(t, [tuple(r) for r in store.query(f"SELECT * FROM {t}")]) for t in sorted(tables)]
 
 
-def _ingest_resumed_run(client: TestClient) -> None:
+def _ingest_resumed_run(client: TestClient, t0: float = T0) -> None:
+    """BEFORE then AFTER, shifted to start at `t0` (now - 51: AFTER's ranks are live)."""
     for run in (BEFORE, AFTER):
-        assert _post(client, synthetic_events(run)).status_code == 202
+        shifted = dataclasses.replace(run, start_ts=run.start_ts - T0 + t0)
+        assert _post(client, synthetic_events(shifted)).status_code == 202
 
 
 def _good() -> dict[str, Any]:
@@ -85,15 +90,6 @@ def test_placement_follows_the_contract() -> None:
         owners(5, 12)
 
 
-def test_plan_fits_counts_batches_and_dropped_rows() -> None:
-    dropped, fits = plan_fits(1003, 8, [2, 3, 4], 40, drop_last=True)
-    assert dropped == 3  # 1003 - 8 * 125
-    by_w = {f.world_size: f for f in fits}
-    assert not by_w[3].fits and "not a multiple of W" in by_w[3].reason
-    assert (by_w[4].per_rank_batch, by_w[4].batches_per_epoch) == (10, 25)  # 250 rows / 10
-    assert by_w[2].elastic and by_w[2].batches_per_epoch == 25
-
-
 def test_stragglers_name_the_rank_that_waits() -> None:
     rates = [RankRate(r, 1000.0, 0.6 if r == 3 else 0.02) for r in range(6)]
     rates.append(RankRate(6, 500.0, 0.02))
@@ -103,7 +99,7 @@ def test_stragglers_name_the_rank_that_waits() -> None:
 
 
 def test_views_of_a_resumed_run(client: TestClient) -> None:
-    _ingest_resumed_run(client)
+    _ingest_resumed_run(client, time.time() - 51)
     runs = client.get("/api/runs").json()
     assert runs["count"] == 1
     run = runs["data"][0]
@@ -126,13 +122,23 @@ def test_views_of_a_resumed_run(client: TestClient) -> None:
         assert max(cursors[lo : lo + 12]) - min(cursors[lo : lo + 12]) <= 1
     assert progress["eta_s"] == pytest.approx((48 * 20_000 - 4 * rows_per_rank) / 8000)
 
-    labels = [item["label"] for item in client.get("/api/runs/job/timeline").json()["data"]]
+    assert progress["state"] == "running" and progress["epoch_pct"] == pytest.approx(
+        100 * rows_per_rank / 12 / 20_000
+    )
+
+    timeline = client.get("/api/runs/job/timeline").json()["data"]
+    labels = [item["label"] for item in timeline]
     assert "resumed: W 8 → 4 at step 1,875" in labels
     assert "checkpoint saved (W 8) at step 625" in labels
+    saved = next(i for i in timeline if i["label"] == "checkpoint saved (W 8) at step 625")
+    assert saved["path"] == "checkpoints/step-000625.json"
 
     tp = client.get("/api/runs/job/throughput", params={"window_s": 15}).json()
     assert [s["rank"] for s in tp["stragglers"]] == [2]
-    assert {s["rank"] for s in tp["data"]} == {0, 1, 2, 3}
+    assert tp["input"]["bound"] == [2] and tp["input"]["verdict"] == "input-bound on rank 2"
+    assert [s["rank"] for s in tp["slowest"]][:1] != [] and all(
+        p["ranks"] == 4 and p["min"] <= p["median"] <= p["max"] for p in tp["band"]
+    )
 
 
 def test_responses_match_the_published_models(client: TestClient) -> None:
@@ -161,9 +167,9 @@ def test_throughput_is_downsampled(client: TestClient) -> None:
         tp = client.get("/api/runs/job/throughput", params={"window_s": window, "points": points})
         body = tp.json()
         assert body["bucket_s"] == bucket
-        per_rank = max(sum(1 for s in body["data"] if s["rank"] == r) for r in range(8))
-        assert per_rank <= points + 1
-        assert all(abs(s["rows_per_s"] - 2000) < 1e-6 for s in body["data"])
+        assert len(body["band"]) <= points + 1
+        for p in body["band"]:
+            assert abs(p["median"] - 2000) < 1e-6 and abs(p["min"] - p["max"]) < 1e-6
 
 
 def _bad(field: str, value: Any) -> dict[str, Any]:
@@ -207,7 +213,7 @@ def test_malformed_json_is_422(client: TestClient) -> None:
 
 def test_oversized_body_is_413_and_stores_nothing(tmp_path: Path) -> None:
     app = create_app(Settings(db=str(tmp_path / "o.db"), max_body_bytes=4096))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()])
         before = _dump(client)
         big = [_good()] * 40  # ~20 kB
@@ -220,7 +226,7 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
     app.dependency_overrides[get_settings] = lambda: Settings(
         db=str(tmp_path / "t.db"), token="s3cret"
     )
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         _post(client, [_good()], headers={"Authorization": "Bearer s3cret"})
         before = _dump(client)
         missing = _post(client, [_good()])
@@ -298,29 +304,77 @@ def test_charts_draw_every_view(client: TestClient) -> None:
     _post(client, synthetic_events(resumed))  # the resume is known, no W = 4 rank reported yet
     placement = client.get("/api/runs/job/placement").json()
     progress = client.get("/api/runs/job/progress").json()
-    samples = client.get("/api/runs/job/throughput").json()["data"]
+    throughput = client.get("/api/runs/job/throughput").json()
     timeline = client.get("/api/runs/job/timeline").json()["data"]
     assert placement["current"]["ranks"] == [] and progress["cursors"] == [None] * 48
     specs = [
         charts.placement_grid(placement["current"], 48, "now"),
         charts.placement_grid(placement["previous"], 48, "before"),
         charts.progress_grid(progress),
-        charts.series_chart(samples, "rows_per_s", "rows/s"),
-        charts.series_chart([], "wait_per_step_s", "wait"),
+        charts.band_chart(throughput["band"], "rows/s"),
+        charts.band_chart([], "rows/s"),
         charts.timeline_chart(timeline),
     ]
     for spec in specs:
         assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
 
 
-def test_a_taken_ui_port_fails_fast(tmp_path: Path) -> None:
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
+    """Issue #10.23: every `start_dashboard(ui=True)` leaked the log file's descriptor."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        fds = _open_fds()
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
             start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
         assert time.monotonic() - start < 30  # not the 60 s readiness deadline
+        assert _open_fds() - fds == set()
+
+
+def test_the_loader_does_not_import_the_dashboard() -> None:
+    """Issue #11.4: `loader` (CLI and telemetry included) imports nothing from `dashboard`."""
+    code = "import sys, loader.cli, loader.telemetry, loader.wire; "
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    for path in Path(loader.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] == "dashboard" for n in names), path
+
+
+def test_importing_the_collector_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No app at import: a bad environment only fails when the factory runs."""
+    monkeypatch.setenv("ELASTIC_LOADER_DASHBOARD_KEEP_RUNS", "many")
+    main = importlib.reload(importlib.import_module("dashboard.collector.main"))
+    assert not hasattr(main, "app")
+    with pytest.raises(ValueError, match="ELASTIC_LOADER_DASHBOARD_KEEP_RUNS='many'"):
+        main.create_app()
+
+
+def test_a_missing_dashboard_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "DASHBOARD_ENTRY", "no_such_package.launch")
+    assert cli.main(["dashboard", "--port", "1"]) == 2
+    assert "dashboard is not importable" in capsys.readouterr().err
+
+
+def test_the_dashboard_command_is_forwarded() -> None:
+    """`elastic-loader dashboard ARGS` runs the dashboard's own entry point with ARGS."""
+    for cmd in (["loader.cli", "dashboard"], ["dashboard.launch"]):
+        out = subprocess.run(
+            [sys.executable, "-m", *cmd, "--help"], capture_output=True, text=True, check=True
+        )
+        assert "--ui-port" in out.stdout and "--token" in out.stdout, cmd
 
 
 def test_any_printable_run_id_round_trips(tmp_path: Path) -> None:

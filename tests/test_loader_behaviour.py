@@ -185,7 +185,7 @@ def test_bad_input_gets_clear_errors(lance_rows: Any, arrow_rows: pa.Table) -> N
     with pytest.warns(UserWarning, match="num_splits not set"):
         StreamingDataset(lance_rows)
     with pytest.raises(ValueError, match="decided by the plan"):
-        StreamingDataLoader(StreamingDataset(lance_rows, num_splits=2), shuffle=True)
+        StreamingDataLoader(StreamingDataset(lance_rows, num_splits=2), sampler=[0, 1])
 
 
 @pytest.mark.parametrize(

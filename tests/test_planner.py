@@ -1,14 +1,18 @@
-"""`elastic-loader plan` answers what a layout supports, and agrees with the loader's errors."""
+"""`elastic-loader plan` (and the dashboard's Planner) answer what a layout supports, agree
+with the loader's errors, and stay quick and clear on absurd or bad input."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loader.cli import main
-from loader.plan import check_world_size
+from loader.layout import check_world_size, supported_world_sizes
 from loader.planner import plan_report
 
 
@@ -43,8 +47,8 @@ def test_plan_command_reports_splits_drops_world_sizes_and_batches(
 
 
 def test_report_matches_the_loaders_divisibility_check() -> None:
-    report = plan_report(10_000, 24, world_sizes=list(range(1, 30)), global_batch=100)
-    assert report.identical_global_batches is False
+    assert plan_report(10_000, 24, global_batch=100).identical_global_batches is False
+    report = plan_report(10_000, 24, world_sizes=list(range(1, 30)))  # no G: S decides alone
     for fit in report.fits:
         if fit.supported:
             check_world_size(24, fit.world_size)
@@ -63,3 +67,120 @@ def test_console_script_is_installed() -> None:
         check=True,
     )
     assert "world sizes S supports: 1, 2, 4, 8" in out.stdout
+
+
+def test_counts_batches_and_dropped_rows() -> None:
+    """(Moved from the dashboard's own planner, which now calls this one.)"""
+    report = plan_report(1003, 8, [2, 3, 4], 40, drop_last=True)
+    assert report.rows_dropped == 3  # 1003 - 8 * 125
+    by_w = {f.world_size: f for f in report.fits}
+    assert not by_w[3].supported and "not a multiple of W" in by_w[3].reason
+    assert (by_w[4].batch_size, by_w[4].batches_per_epoch) == (10, 25)  # 250 rows / 10
+    assert report.identical_global_batches and by_w[2].batches_per_epoch == 25
+    assert plan_report(1003, 8, [4], 48).fits[0].batches_per_epoch == 21  # ceil(1000 / 48)
+
+
+def test_a_world_size_that_divides_s_but_not_g_does_not_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI said "yes" and the dashboard "no" for S % W == 0, G % W != 0: no whole batch
+    per rank, so it does not fit (the loader's batch_size = G / W must be an integer)."""
+    args = "plan --rows 4800 --num-splits 48 --world-sizes 8,6 --global-batch 100"
+    status = main(args.split())
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[6:]}
+    assert status == 1
+    assert rows["8"].split()[1] == "no" and "G=100 is not a multiple of W" in rows["8"]
+    assert rows["6"].split()[1:4] == ["no", "-", "-"]
+
+
+_PAGE = """
+import sys
+from streamlit.testing.v1 import AppTest
+from dashboard.ui import FRAMED
+
+page = AppTest.from_file(sys.argv[1], default_timeout=120)
+page.session_state[FRAMED] = True
+page.run()
+page.text_input[0].set_value("4 8 12").run()
+page.number_input[1].set_value(48).run()  # S
+page.number_input[2].set_value(100).run()  # G
+assert not page.exception and not page.error, (page.exception, page.error)
+table = page.table[0].value
+print(dict(zip(table.index.astype(str), table["fits"])))
+print(sorted({"torch", "numba"} & set(sys.modules)))
+"""
+
+
+def test_the_dashboard_planner_page_shows_the_same_answer_without_torch() -> None:
+    page = Path(__file__).parents[1] / "dashboard" / "pages" / "planner.py"
+    done = subprocess.run(
+        [sys.executable, "-c", _PAGE, str(page)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    fits, heavy = done.stdout.strip().splitlines()[-2:]
+    assert fits == "{'4': 'yes', '8': 'no', '12': 'no'}"
+    assert heavy == "[]"
+    cli = plan_report(1_000_000, 48, [4, 8, 12], 100)
+    assert [f.supported for f in cli.fits] == [True, False, False]
+
+
+def _plan(args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child with a deadline: absurd sizes used to loop for minutes."""
+    command = [sys.executable, "-m", "loader.cli", "plan", *args.split()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_absurd_sizes_answer_at_once() -> None:
+    done = _plan("--rows 2000000000000 --num-splits 1000000000000")  # ran > 30 s before
+    assert done.returncode == 0, done.stderr
+    assert _plan("--rows 2e12 --num-splits 1e12").stdout == done.stdout
+    assert "rows per split L = N // S = 2;" in done.stdout
+    assert "world sizes S supports: 1, 2, 4, 5, 8, 10," in done.stdout  # 169 divisors
+    assert "… and 105 more world sizes (ask with --world-sizes)" in done.stdout
+    done = _plan("--rows 2e12 --num-splits 1e12 --world-sizes 1e12,3 --global-batch 2e12")
+    assert done.returncode == 1, done.stderr
+    assert "r0:[0,1) r1:[1,2)" in done.stdout and "(999,999,999,992 more)" in done.stdout
+    done = _plan("--rows 9e18 --num-splits 4e18")
+    assert done.returncode == 2
+    assert "num_splits must be an integer in [1, 1,099,511,627,776], got" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rows", "0", "--num-splits", "8"], "argument --rows: '0' is below 1"),
+        (["--rows", "10", "--num-splits", "0"], "argument --num-splits: '0' is below 1"),
+        (["--rows", "10", "--num-splits", "2", "--global-batch", "-4"], "'-4' is below 1"),
+        (["--rows", "10", "--num-splits", "2", "--global-batch", "0"], "'0' is below 1"),
+        (["--rows", "2.5", "--num-splits", "2"], "'2.5' is not a whole number"),
+        (["--rows", "ten", "--num-splits", "2"], "'ten' is not a number"),
+        (["--rows", "10", "--num-splits", "2", "--world-sizes", "2,0"], "'0' is below 1"),
+        (["--rows", "10", "--num-splits", "2", "--num-workers", "-1"], "'-1' is below 0"),
+    ],
+)
+def test_bad_numbers_are_refused_naming_the_argument(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["plan", *args])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_more_splits_than_rows_is_an_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--rows", "10", "--num-splits", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "num_splits must be an integer in [1, 10] (every split needs a row), got 20" in err
+    assert main(["plan", "--rows", "1_000", "--num-splits", "1e1"]) == 0  # written either way
+
+
+@given(st.integers(1, 5000))
+def test_world_sizes_are_the_divisors(num_splits: int) -> None:
+    expected = [w for w in range(1, num_splits + 1) if num_splits % w == 0]
+    assert supported_world_sizes(num_splits) == expected

@@ -7,8 +7,12 @@ collector refuses, hangs or rejects must take well under a second in total, one
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import http.server
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -83,7 +87,7 @@ def test_events_reach_the_collector(collector: DashboardHandle) -> None:
     [rank] = placement["current"]["ranks"]
     assert (rank["rank"], rank["splits"], rank["cursors"]) == (1, [4, 8], [9, 9, 9, 9])
     assert rank["host"] == "test-host"
-    [saved] = _get(collector.api_url + "/api/runs/run-a/events")["data"]
+    [saved] = _get(collector.api_url + "/api/runs/run-a/events?kind=checkpoint_saved")["data"]
     assert (saved["kind"], saved["step"], saved["data"]) == (
         "checkpoint_saved",
         9,
@@ -205,4 +209,138 @@ def test_a_dropped_loader_ends_its_sender(collector: DashboardHandle) -> None:
     gc.collect()
     url = collector.api_url + "/api/runs/run-e/placement"
     _wait_until(lambda: _get_or_none(url) is not None)  # the final flush, long before 60 s
-    _wait_until(lambda: client.sent == 1)
+    _wait_until(lambda: client.sent == 2)  # the final progress event and `closed`
+
+
+# --- issue #10 items 11 and 21, issue #14 item 1 -----------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request with `self.server.answer` and records what it got."""
+
+    def _any(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.server.seen.append((self.command, dict(self.headers)))  # type: ignore[attr-defined]
+        status, location = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(status)
+        if location:
+            self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _any
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _recording_server(status: int, location: str = "") -> Iterator[http.server.HTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.seen, server.answer = [], (status, location)  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_the_token_never_follows_a_redirect(code: int) -> None:
+    """A collector URL that redirects elsewhere must not receive the bearer token there."""
+    with _recording_server(202) as other, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        target = f"http://127.0.0.1:{other.server_address[1]}/steal"
+        with _recording_server(code, target) as redirector:
+            url = f"http://127.0.0.1:{redirector.server_address[1]}"
+            client = TelemetryClient(url, "run-r", STATIC, token="s3cret", interval_s=0.02)
+            _wait_until(lambda: client.dropped > 0)
+            client.close()
+            assert redirector.seen  # the collector URL got the events (with its token)...
+        assert other.seen == []  # ...and nothing, token or not, reached the other origin
+        assert client.sent == 0
+        ours = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+        assert len(ours) == 1 and "redirect" in str(ours[0].message)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["127.0.0.1:8765", "http://127.0.0.1:notaport", "ftp://127.0.0.1:21", "http://", "http://[::1"],
+)
+def test_a_malformed_url_is_a_clear_error_at_construction(url: str) -> None:
+    """Issue: such URLs killed the sender thread with a traceback, after the job started."""
+    with pytest.raises(ValueError, match=r"Invalid telemetry URL .*e\.g\. telemetry="):
+        TelemetryClient(url, "run-u", STATIC)
+
+
+def test_close_sends_a_closed_event(collector: DashboardHandle) -> None:
+    """Issue #14.1: a finished rank says so (with its last position); a crashed one cannot."""
+    client = TelemetryClient(collector.api_url, "run-f", STATIC, interval_s=60, timeout_s=10)
+    client.set_snapshot(lambda: {"epoch": 2, "step": 40, "splits": [4, 8], "cursors": [0] * 4})
+    client.close()
+    [closed] = _get(collector.api_url + "/api/runs/run-f/events?kind=closed")["data"]
+    assert (closed["rank"], closed["epoch"], closed["step"]) == (1, 2, 40)
+    assert closed["data"] == {"reason": "close"}
+
+
+EXITING_RANK = """
+import sys
+from loader.telemetry import TelemetryClient
+static = {static!r}
+for url in sys.argv[2:]:
+    TelemetryClient(url, sys.argv[1], static, interval_s=0.05, timeout_s=2.0)
+print("exiting", flush=True)
+"""
+
+
+def test_exit_is_bounded_across_clients_and_sends_closed(
+    collector: DashboardHandle, silent_port: int
+) -> None:
+    """Five clients, four of them to a collector that never answers: exit waits ~2 s in all.
+
+    Before: each client was closed in turn, each waiting up to 2 x its 2 s timeout (16 s+).
+    The one client whose collector answers gets its `closed` event (reason `exit`) through.
+    """
+    silent = [f"http://127.0.0.1:{silent_port}"] * 4
+    code = EXITING_RANK.format(static=STATIC)
+    cmd = [sys.executable, "-W", "ignore", "-c", code, "run-x", *silent, collector.api_url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "exiting"
+    start = time.monotonic()
+    assert proc.wait(30) == 0
+    assert time.monotonic() - start < 4.0  # the 2 s budget plus interpreter teardown
+    [closed] = _get(collector.api_url + "/api/runs/run-x/events?kind=closed")["data"]
+    assert closed["data"] == {"reason": "exit"}
+
+
+def test_the_warning_says_why_the_collector_refused(collector: DashboardHandle) -> None:
+    """A run id reused with another S is refused (409): the one warning says what to do."""
+    first = TelemetryClient(collector.api_url, "run-s", STATIC, interval_s=60, timeout_s=10)
+    first.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other = {**STATIC, "num_splits": 16}
+        second = TelemetryClient(collector.api_url, "run-s", other, interval_s=60, timeout_s=10)
+        second.close()
+    [warning] = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+    assert "409" in str(warning.message) and "ELASTIC_LOADER_RUN_ID" in str(warning.message)
+
+
+def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
+    """Issue #14.1: a loader that is garbage-collected is finished, not crashed: `closed`."""
+    from loader import StreamingDataLoader, StreamingDataset
+    from tests.tables import make_rows
+
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=1)
+    loader = StreamingDataLoader(ds, batch_size=16, telemetry=collector.api_url, run_id="run-gc")
+    assert len(list(loader)) == 4
+    client = loader._telemetry
+    del loader
+    gc.collect()
+    url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
+    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
+    _wait_until(lambda: not client._thread.is_alive())  # and its sender has ended

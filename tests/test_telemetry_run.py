@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from dashboard.launch import free_port, start_collector_process
-from dashboard.placement import owned_splits
 from loader import StreamingDataLoader, StreamingDataset
+from loader.layout import owned_splits
 from loader.telemetry import TelemetryWarning
 
 NUM_ROWS, NUM_SPLITS, BATCH, FIRST = 960, 8, 10, 20

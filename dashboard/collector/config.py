@@ -11,9 +11,15 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard.collector.store import Retention
+
 ENV_DB = "ELASTIC_LOADER_DASHBOARD_DB"
 ENV_TOKEN = "ELASTIC_LOADER_DASHBOARD_TOKEN"
 ENV_HOST = "ELASTIC_LOADER_DASHBOARD_HOST"
+ENV_ALLOWED_HOSTS = "ELASTIC_LOADER_DASHBOARD_ALLOWED_HOSTS"
+ENV_KEEP_RUNS = "ELASTIC_LOADER_DASHBOARD_KEEP_RUNS"
+ENV_KEEP_DAYS = "ELASTIC_LOADER_DASHBOARD_KEEP_DAYS"
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def is_loopback(host: str) -> bool:
@@ -26,15 +32,42 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _env_number(name: str, default: str) -> float:
+    text = os.environ.get(name, default)
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number (e.g. {name}={default})") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().lower() for part in text.split(",") if part.strip())
+
+
 class Settings(BaseModel):
-    """Where events live, who may send them, and how much one request may carry."""
+    """Where events live, who may send them, how much one request may carry, what is kept.
+
+    `host` is the address the collector is served on: without a token, requests that
+    arrive on any other local address are refused (see `guard.py`). `allowed_hosts` are
+    extra names clients may use in the Host header (the loopback names and `host` are always
+    allowed). Retention keeps the `keep_runs` most recently active runs and drops runs
+    silent for `keep_days`; events older than `keep_days` are refused, and at most
+    `new_runs_per_minute` runs may start in any minute (so spam cannot flush real runs out);
+    raw samples are kept `keep_samples_s` per run (see `store.Retention`).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     db: str = "dashboard.db"
     token: str | None = None
     host: str = "127.0.0.1"
-    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    allowed_hosts: tuple[str, ...] = ()
+    max_body_bytes: int = Field(default=4 << 20, gt=0)
+    keep_runs: int = Field(default=100, ge=1)
+    keep_days: float = Field(default=30.0, gt=0)
+    max_clock_skew_s: float = Field(default=300.0, ge=0)
+    keep_samples_s: float = Field(default=6 * 3600.0, ge=20_000)
+    new_runs_per_minute: int = Field(default=60, ge=1)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -42,6 +75,14 @@ class Settings(BaseModel):
             db=os.environ.get(ENV_DB, "dashboard.db"),
             token=os.environ.get(ENV_TOKEN) or None,
             host=os.environ.get(ENV_HOST, "127.0.0.1"),
+            allowed_hosts=_names(os.environ.get(ENV_ALLOWED_HOSTS, "")),
+            keep_runs=int(_env_number(ENV_KEEP_RUNS, "100")),
+            keep_days=_env_number(ENV_KEEP_DAYS, "30"),
+        )
+
+    def retention(self) -> Retention:
+        return Retention(
+            self.keep_runs, self.keep_days, self.keep_samples_s, self.new_runs_per_minute
         )
 
     def check_bind(self) -> None:

@@ -16,6 +16,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.collector.config import Settings
+from dashboard.collector.models import ErrorPublic
 from dashboard.collector.store import Store
 
 _open_lock = threading.Lock()
@@ -34,7 +35,7 @@ async def get_store(request: Request, settings: SettingsDep) -> Store:
     state = request.app.state
     with _open_lock:
         if getattr(state, "store", None) is None:
-            state.store = Store(settings.db)
+            state.store = Store(settings.db, settings.retention())
     store: Store = state.store
     return store
 
@@ -60,6 +61,19 @@ async def require_token(
 
 
 TokenDep = Depends(require_token)
+
+# What OpenAPI says a route may answer besides 200 and 422 (FastAPI adds 422 itself).
+GUARD_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorPublic, "description": "Host header not one this collector serves"},
+    403: {"model": ErrorPublic, "description": "wrong token, or no token and a foreign address"},
+}
+TOKEN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **GUARD_ERRORS,
+    401: {"model": ErrorPublic, "description": "missing token: send 'Authorization: Bearer'"},
+}
+RUN_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorPublic, "description": "no such run (or it was removed by retention)"}
+}
 
 
 def get_run(run_id: str, store: StoreDep) -> dict[str, Any]:

@@ -7,40 +7,78 @@ plain dicts with orjson for speed, and the tests check the two agree.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from loader.layout import check_world_size
+from loader.wire import KIND_PATTERN, MAX_SPLITS, MAX_WORLD_SIZE, RUN_ID_PATTERN
 
 MAX_EVENTS = 2000
-MAX_CURSORS = 1 << 16
+MAX_CURSORS = MAX_SPLITS  # a rank may own every split of a run (W = 1)
 MAX_DATA_KEYS = 32
+MAX_DATA_LIST = 1 << 16
+MAX_TEXT = 4096
+# Distinct runs one POST may touch (a rank sends one): with retention, this bounds how fast
+# one client can churn runs.
+MAX_RUNS_PER_REQUEST = 8
 
+
+def _utf8(text: str) -> str:
+    """Refuse lone surrogates (JSON allows '\\ud800'); SQLite and orjson cannot store them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (it has a lone surrogate)") from None
+    return text
+
+
+def _int64(value: Any) -> Any:
+    """Refuse integers SQLite and orjson cannot hold (before a float could silently take them)."""
+    ints = value if isinstance(value, list) else [value]
+    if any(type(v) is int and not -(1 << 63) <= v < 1 << 63 for v in ints):
+        raise ValueError("integers must fit in 64 bits")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
 NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
+Int64 = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
 Seconds = Annotated[float, Field(ge=0, le=1e12)]
-Scalar = str | int | float | bool | None
+Scalar = Annotated[Text, Field(max_length=MAX_TEXT)] | Int64 | float | bool | None
+DataValue = Annotated[
+    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)], BeforeValidator(_int64)
+]
 # Any printable text but '/', which could not be one URL path segment (same rule as the client).
-RUN_ID_PATTERN = r"^[^/\x00-\x1f\x7f]{1,128}$"
-RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
+RunId = Annotated[Text, Field(pattern=RUN_ID_PATTERN)]
 
 
 class EventIn(BaseModel):
-    """One telemetry event from one rank (see `loader/telemetry.py` for who sends what)."""
+    """One telemetry event from one rank (see `loader/telemetry.py` for who sends what).
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    Besides each field's type and range, an event must agree with itself: rank < W, W
+    divides S, `splits` is the range the contract gives this rank, `cursors` has one
+    entry per owned split. (That S stays the run's S is the store's check.)
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     run_id: RunId
-    kind: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    kind: Annotated[str, Field(pattern=KIND_PATTERN)]
     ts: Seconds
-    host: Annotated[str, Field(max_length=255)] = ""
-    rank: Annotated[int, Field(ge=0, lt=1 << 20)]
-    local_rank: Annotated[int, Field(ge=0, lt=1 << 20)] = 0
-    world_size: Annotated[int, Field(ge=1, le=1 << 20)]
+    host: Annotated[Text, Field(max_length=255)] = ""
+    rank: Annotated[int, Field(ge=0, lt=MAX_WORLD_SIZE)]
+    local_rank: Annotated[int, Field(ge=0, lt=MAX_WORLD_SIZE)] = 0
+    world_size: Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE)]
     num_workers: Annotated[int, Field(ge=0, le=4096)] = 0
-    num_splits: Annotated[int, Field(ge=1, le=1 << 24)]
+    num_splits: Annotated[int, Field(ge=1, le=MAX_SPLITS)]
     rows_per_split: NonNeg = 0
     batch_size: NonNeg | None = None
     epoch: NonNeg | None = None
     step: NonNeg | None = None
+    global_step: NonNeg | None = None
+    total_epochs: NonNeg | None = None
+    total_steps: NonNeg | None = None
     splits: Annotated[list[NonNeg], Field(min_length=2, max_length=2)] | None = None
     cursors: Annotated[list[NonNeg], Field(max_length=MAX_CURSORS)] | None = None
     rows: NonNeg = 0
@@ -48,15 +86,52 @@ class EventIn(BaseModel):
     wait_s: Seconds = 0.0
     interval_s: Seconds = 0.0
     rows_per_s: Seconds = 0.0
-    data: Annotated[dict[str, Scalar | list[int]], Field(max_length=MAX_DATA_KEYS)] = {}
+    data: Annotated[
+        dict[Annotated[Text, Field(max_length=64)], DataValue], Field(max_length=MAX_DATA_KEYS)
+    ] = {}
+
+    @model_validator(mode="after")
+    def _agrees_with_itself(self) -> EventIn:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        check_world_size(self.num_splits, self.world_size)
+        per_rank = self.num_splits // self.world_size
+        owned = [self.rank * per_rank, (self.rank + 1) * per_rank]
+        if self.splits is not None and self.splits != owned:
+            raise ValueError(
+                f"splits {self.splits} are not rank {self.rank}'s {owned} "
+                f"(W={self.world_size}, S={self.num_splits})"
+            )
+        if self.cursors is not None and len(self.cursors) != per_rank:
+            raise ValueError(
+                f"cursors has {len(self.cursors)} entries; rank {self.rank} owns {per_rank} "
+                f"splits (W={self.world_size}, S={self.num_splits})"
+            )
+        return self
 
 
 class EventBatchIn(BaseModel):
     """What one POST carries: a rank's events of about one second."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     events: Annotated[list[EventIn], Field(min_length=1, max_length=MAX_EVENTS)]
+
+    @model_validator(mode="after")
+    def _few_runs(self) -> EventBatchIn:
+        runs = {e.run_id for e in self.events}
+        if len(runs) > MAX_RUNS_PER_REQUEST:
+            raise ValueError(
+                f"one request may carry events of at most {MAX_RUNS_PER_REQUEST} runs, "
+                f"got {len(runs)}: send each run's events in its own request"
+            )
+        return self
+
+
+class ErrorPublic(BaseModel):
+    """Every refusal other than a validation error: what was wrong and how to fix it."""
+
+    detail: str
 
 
 class IngestPublic(BaseModel):
@@ -79,6 +154,8 @@ class RunPublic(BaseModel):
     num_splits: int
     rows_per_split: int
     batch_size: int | None
+    total_epochs: int | None
+    total_steps: int | None
     ranks: int
     events: int
 
@@ -88,18 +165,47 @@ class RunsPublic(BaseModel):
     count: int
 
 
+class RankStatePublic(BaseModel):
+    """running, stalled, crashed or closed; `silent_s` since its last report."""
+
+    rank: int
+    state: str
+    silent_s: float
+    last_ts: float
+    global_step: int | None
+
+
+class StatusPublic(BaseModel):
+    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
+    lists the silent ranks (worst first, at most 64), `counts` all of them by state."""
+
+    state: str
+    resumed: bool
+    now: float
+    last_ts: float
+    counts: dict[str, int]
+    missing: int
+    ranks: list[RankStatePublic]
+    headline: str
+
+
 class RankPublic(BaseModel):
     rank: int
     host: str
     local_rank: int
+    gpu: int
     num_workers: int
     world_size: int
     splits: list[int]
     cursors: list[int] | None
     epoch: int | None
     step: int | None
+    global_step: int | None
+    interval_s: float | None
     rows_per_s: float
     ts: float
+    state: str
+    silent_s: float | None
 
 
 class LayoutPublic(BaseModel):
@@ -113,7 +219,9 @@ class LayoutPublic(BaseModel):
 class PlacementPublic(BaseModel):
     run_id: str
     num_splits: int
+    rows_per_split: int
     supported_world_sizes: list[int]
+    status: StatusPublic
     current: LayoutPublic
     previous: LayoutPublic | None
 
@@ -122,14 +230,32 @@ class RankProgressPublic(BaseModel):
     rank: int
     epoch: int | None
     step: int | None
+    global_step: int | None
+    state: str
+    rows_per_s: float
     rows_done: int
     rows_total: int
     pct: float
 
 
+class JobProgressPublic(BaseModel):
+    """The job as a whole, when it stated `total_epochs` or `total_steps`."""
+
+    total_epochs: int | None
+    total_steps: int | None
+    pct: float | None
+    eta_s: float | None
+    label: str | None
+
+
 class ProgressPublic(BaseModel):
+    """`epoch_pct` is the per-rank bars' total, computed from the same read."""
+
     run_id: str
+    state: str
     epoch: int | None
+    global_step: int | None
+    job: JobProgressPublic
     rows_per_split: int
     cursors: list[int | None]
     owner: list[int]
@@ -141,12 +267,37 @@ class ProgressPublic(BaseModel):
     ranks: list[RankProgressPublic]
 
 
-class SamplePublic(BaseModel):
-    rank: int
+class BandPointPublic(BaseModel):
+    """Rows/s across the ranks that reported in one bucket; a new `segment` after a gap."""
+
     t: float
+    segment: int
+    ranks: int
+    median: float
+    min: float
+    max: float
+    wait_median: float
+    wait_max: float
+
+
+class RankWindowPublic(BaseModel):
+    rank: int
     rows_per_s: float
-    wait_per_step_s: float
-    stall_frac: float
+    wait_share: float
+
+
+class RankWaitPublic(BaseModel):
+    rank: int
+    wait_share: float
+
+
+class InputBoundPublic(BaseModel):
+    """Share of step time the training loop waited for data: median rank, worst ranks."""
+
+    job_share: float | None
+    ranks: list[RankWaitPublic]
+    bound: list[int]
+    verdict: str
 
 
 class StragglerPublic(BaseModel):
@@ -159,9 +310,11 @@ class StragglerPublic(BaseModel):
 class ThroughputPublic(BaseModel):
     run_id: str
     bucket_s: float
-    data: list[SamplePublic]
+    band: list[BandPointPublic]
     count: int
+    slowest: list[RankWindowPublic]
     stragglers: list[StragglerPublic]
+    input: InputBoundPublic
 
 
 class EventPublic(BaseModel):
@@ -171,6 +324,7 @@ class EventPublic(BaseModel):
     world_size: int
     epoch: int | None
     step: int | None
+    global_step: int | None
     data: dict[str, Scalar | list[int]]
 
 
@@ -184,10 +338,12 @@ class TimelineItemPublic(BaseModel):
 
     kind: str
     ts: float
+    end_ts: float | None
     epoch: int | None
     step: int | None
     world_size: int
     world_size_before: int | None
+    path: Scalar
     ranks: int
     label: str
 

@@ -6,21 +6,34 @@ samples; the rank's latest position goes to `ranks`. Discrete events (checkpoint
 epoch ends) are kept whole in `events`. WAL lets the dashboard read while ranks write, and
 `synchronous=NORMAL` trades the last few events on power loss for ingest speed: telemetry
 is lossy by design.
+
+Bounded: a run's S is fixed by its first event (a different one is a `RunConflict`, 409),
+at most `new_runs_per_minute` runs start in any minute (`TooManyNewRuns`, 429: so a client
+cannot flush real runs out of retention), every per-run read goes through an index, and
+retention keeps the `keep_runs` most recently
+active runs and drops runs silent for `keep_days` (checked when a run appears and at most
+once a minute otherwise), and raw per-second samples only for a run's last 6 hours.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from dashboard.collector.models import EventIn
+from loader.wire import CLOSED, PROGRESS
 
 ROLLUP_S = 10
+PRUNE_EVERY_S = 60.0
+TABLES = ("runs", "ranks", "samples", "rollup", "events")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,12 +55,27 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY, run_id TEXT, ts REAL, kind TEXT, rank INTEGER, world_size INTEGER,
   epoch INTEGER, step INTEGER, data BLOB);
 CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
+CREATE INDEX IF NOT EXISTS runs_last_ts ON runs (last_ts);
 """
+# Columns added after the first release: ALTERed into older databases on open, so a
+# collector upgrade keeps the runs it already has.
+ADDED_COLUMNS = (
+    ("runs", "total_epochs", "INTEGER"),
+    ("runs", "total_steps", "INTEGER"),
+    ("ranks", "global_step", "INTEGER"),
+    ("ranks", "interval_s", "REAL"),
+    ("events", "global_step", "INTEGER"),
+)
+RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
+  AND k.world_size = r.world_size) AS ranks"""
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
-  world_size, world_since, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+  world_size, world_since, events, total_epochs, total_steps)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
+  total_epochs = coalesce(excluded.total_epochs, total_epochs),
+  total_steps = coalesce(excluded.total_steps, total_steps),
   last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
   rows_per_split = excluded.rows_per_split,
   batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
@@ -59,12 +87,15 @@ UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
 WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 UPSERT_RANK = """
-INSERT INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
+  lo, hi, cursors, rows_per_s, global_step, interval_s)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
   hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
-  rows_per_s = excluded.rows_per_s WHERE excluded.ts >= ranks.ts
+  rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
+  interval_s = excluded.interval_s WHERE excluded.ts >= ranks.ts
 """
 INSERT_SAMPLE = "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 UPSERT_ROLLUP = """
@@ -73,8 +104,29 @@ ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
   batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
   interval_s = interval_s + excluded.interval_s
 """
-INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data) "
-INSERT_EVENT += "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
+INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the store keeps: the `keep_runs` most recently active runs, none silent for
+    `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
+    report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
+    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads). At most `new_runs_per_minute` new runs."""
+
+    keep_runs: int = 100
+    keep_days: float = 30.0
+    keep_samples_s: float = 6 * 3600.0
+    new_runs_per_minute: int = 60
+
+
+class RunConflict(ValueError):
+    """An event contradicts what its run already is (e.g. another number of splits)."""
+
+
+class TooManyNewRuns(ValueError):
+    """More new runs in the last minute than allowed: retention must not be flushed by spam."""
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -85,13 +137,24 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    for table, column, kind in ADDED_COLUMNS:
+        have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, retention: Retention | None = None) -> None:
         self.path = str(path)
+        self.retention = retention or Retention()
+        self._created: deque[float] = deque()  # monotonic times of recent new runs
+        self._pruned_at = 0.0
         self._write = _connect(self.path)
         self._write.executescript(SCHEMA)
+        _add_columns(self._write)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -107,8 +170,17 @@ class Store:
     def query(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return self._read().execute(sql, args).fetchall()
 
-    def ingest(self, events: Sequence[EventIn]) -> int:
-        """Store one batch in one transaction: all of it or (on error) none of it."""
+    def tuples(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Like `query`, as plain tuples: several times cheaper for tens of thousands of rows."""
+        cursor = self._read().cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, args).fetchall()
+
+    def ingest(self, events: Sequence[EventIn], now: float | None = None) -> int:
+        """Store one batch in one transaction: all of it or (on error) none of it.
+
+        Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
+        """
         runs: dict[str, list[Any]] = {}
         last_world: dict[str, int] = {}
         worlds, ranks, samples, rollup, discrete = [], [], [], [], []
@@ -116,22 +188,26 @@ class Store:
             run = runs.get(e.run_id)
             if run is None:
                 runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
-                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0]
+                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0, None, None]
                 run = runs[e.run_id]
+            elif run[3] != e.num_splits:
+                raise RunConflict(_conflict(e.run_id, run[3], e.num_splits))
             run[2], run[8] = e.ts, run[8] + 1
+            run[9] = e.total_epochs if e.total_epochs is not None else run[9]
+            run[10] = e.total_steps if e.total_steps is not None else run[10]
             if last_world.get(e.run_id) != e.world_size:
                 last_world[e.run_id] = e.world_size
                 worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
-            if e.kind != "progress":
+            if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
-                discrete.append(
-                    (e.run_id, e.ts, e.kind, e.rank, e.world_size, e.epoch, e.step, data)
-                )
+                said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
+                discrete.append((*said, e.epoch, e.step, data, e.global_step))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
-            ranks.append((*where, e.epoch, e.step, lo, hi, cursors, e.rows_per_s))
+            position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
+            ranks.append((*where, *position, e.interval_s or None))
             row = (e.rows, e.batches, e.wait_s, e.interval_s)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
             rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
@@ -139,6 +215,8 @@ class Store:
             conn = self._write
             conn.execute("BEGIN")
             try:
+                new = self._check_runs(conn, runs)
+                self._count_new_runs(new)
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
@@ -149,7 +227,66 @@ class Store:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        now = time.time() if now is None else now
+        if new or now - self._pruned_at >= PRUNE_EVERY_S:
+            self.prune(now)
         return len(events)
+
+    @staticmethod
+    def _check_runs(conn: sqlite3.Connection, runs: dict[str, list[Any]]) -> int:
+        """Refuse events whose S is not their run's; how many runs the batch starts."""
+        marks = ",".join("?" * len(runs))
+        sql = f"SELECT run_id, num_splits FROM runs WHERE run_id IN ({marks})"
+        known = dict(conn.execute(sql, list(runs)).fetchall())
+        for run_id, num_splits in known.items():
+            if num_splits != runs[run_id][3]:
+                raise RunConflict(_conflict(run_id, num_splits, runs[run_id][3]))
+        return len(runs) - len(known)
+
+    def _count_new_runs(self, new: int) -> None:
+        """Allow `new` more runs if the last minute's stay within `new_runs_per_minute`."""
+        if not new:
+            return
+        now = time.monotonic()
+        while self._created and self._created[0] < now - 60:
+            self._created.popleft()
+        limit = self.retention.new_runs_per_minute
+        if len(self._created) + new > limit:
+            raise TooManyNewRuns(
+                f"more than {limit} new runs in a minute: retry later, "
+                "or raise the limit (Settings.new_runs_per_minute)"
+            )
+        self._created.extend([now] * new)
+
+    def prune(self, now: float) -> int:
+        """Apply retention (see `Retention`); returns how many runs were dropped."""
+        keep = self.retention
+        with self._lock:
+            self._pruned_at = now
+            conn = self._write
+            victims = [
+                (row[0],)
+                for row in conn.execute(
+                    "SELECT run_id FROM runs WHERE last_ts < ? UNION "
+                    "SELECT run_id FROM (SELECT run_id FROM runs ORDER BY last_ts DESC "
+                    "LIMIT -1 OFFSET ?)",
+                    (now - keep.keep_days * 86400, keep.keep_runs),
+                )
+            ]
+            conn.execute("BEGIN")
+            try:
+                for table in TABLES:
+                    conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", victims)
+                conn.execute(
+                    "DELETE FROM samples WHERE rowid IN (SELECT s.rowid FROM runs r "
+                    "JOIN samples s ON s.run_id = r.run_id AND s.ts < r.last_ts - ?)",
+                    (keep.keep_samples_s,),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(victims)
 
     def count(self) -> int:
         """Events stored: every progress sample plus every discrete event."""
@@ -157,14 +294,13 @@ class Store:
         return int(row[0][0])
 
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.query(
-            "SELECT r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id "
-            "AND k.world_size = r.world_size) AS ranks FROM runs r ORDER BY last_ts DESC"
-        )
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r ORDER BY last_ts DESC")
         return [dict(row) for row in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+        """One run by its primary key: the cost does not grow with the number of runs."""
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r WHERE run_id = ?", run_id)
+        return dict(rows[0]) if rows else None
 
     def ranks(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
         rows = self.query(
@@ -182,17 +318,25 @@ class Store:
             out.append(rank)
         return out
 
-    def series(self, run_id: str, since: float, bucket_s: int) -> list[sqlite3.Row]:
-        """Per rank and time bucket: rows, batches, wait and covered seconds, summed.
+    def series(self, run_id: str, since: float, bucket_s: int) -> list[tuple[Any, ...]]:
+        """Per rank and time bucket: (rank, t, rows, batches, wait_s, interval_s), summed.
 
         Buckets of at least `ROLLUP_S` read the rollup (10× fewer rows); finer ones the
         samples, which a live view only asks for over the last minutes.
         """
         sums = "sum(rows) AS rows, sum(batches) AS batches, sum(wait_s) AS wait_s, "
         sums += "sum(interval_s) AS interval_s"
+        if bucket_s == ROLLUP_S:  # rollup rows as they are: no GROUP BY to pay for
+            return self.tuples(
+                "SELECT rank, bucket * ? AS t, rows, batches, wait_s, interval_s FROM rollup "
+                "WHERE run_id = ? AND bucket >= ?",
+                ROLLUP_S,
+                run_id,
+                int(since // ROLLUP_S),
+            )
         if bucket_s >= ROLLUP_S:
             k = bucket_s // ROLLUP_S
-            return self.query(
+            return self.tuples(
                 f"SELECT rank, (bucket / ?) * ? AS t, {sums} FROM rollup "
                 "WHERE run_id = ? AND bucket >= ? GROUP BY t, rank ORDER BY t, rank",
                 k,
@@ -200,7 +344,7 @@ class Store:
                 run_id,
                 int(since // ROLLUP_S),
             )
-        return self.query(
+        return self.tuples(
             f"SELECT rank, CAST(ts / ? AS INTEGER) * ? AS t, {sums} FROM samples "
             "WHERE run_id = ? AND ts >= ? GROUP BY t, rank ORDER BY t, rank",
             bucket_s,
@@ -210,7 +354,8 @@ class Store:
         )
 
     def events(self, run_id: str, kind: str | None, limit: int) -> list[dict[str, Any]]:
-        sql = "SELECT kind, ts, rank, world_size, epoch, step, data FROM events WHERE run_id = ?"
+        sql = "SELECT kind, ts, rank, world_size, epoch, step, global_step, data FROM events "
+        sql += "WHERE run_id = ?"
         args: list[Any] = [run_id]
         if kind:
             sql += " AND kind = ?"
@@ -218,8 +363,72 @@ class Store:
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
 
+    def closed_ranks(self, run_id: str, world_size: int) -> dict[int, float]:
+        """Rank → time of its latest `closed` event (sent by `close()` and at exit)."""
+        rows = self.query(
+            "SELECT rank, max(ts) AS ts FROM events WHERE run_id = ? AND world_size = ? "
+            "AND kind = ? GROUP BY rank",
+            run_id,
+            world_size,
+            CLOSED,
+        )
+        return {int(row["rank"]): float(row["ts"]) for row in rows}
+
+    def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
+        """Per rank of the world: rows, wait and covered seconds summed over the rollup
+        buckets from the one holding `since` (10x fewer rows than the samples)."""
+        return self.query(
+            "SELECT rank, sum(rows) AS rows, sum(wait_s) AS wait_s, sum(interval_s) AS iv "
+            "FROM rollup WHERE run_id = ? AND bucket >= ? AND rank < ? GROUP BY rank "
+            "ORDER BY rank",
+            run_id,
+            int(since // ROLLUP_S),
+            world_size,
+        )
+
+    def heartbeats(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
+        """Each rank's last report: when, its send interval and position (no cursors)."""
+        rows = self.query(
+            "SELECT rank, ts, interval_s, epoch, step, global_step FROM ranks "
+            "WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            run_id,
+            world_size,
+        )
+        return [dict(row) for row in rows]
+
+    def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        """Discrete events but `closed`, folded across ranks: one row per kind, epoch, step
+        (global when sent) and world size, with the data of its first event and the count
+        of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
+        rows = self.query(
+            "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
+            "data, count(*) AS ranks FROM events WHERE run_id = ? AND kind != ? "
+            "GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
+            run_id,
+            CLOSED,
+            limit,
+        )
+        return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]
+
+    def reporting_buckets(self, run_id: str) -> list[int]:
+        """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""
+        rows = self.query("SELECT DISTINCT bucket FROM rollup WHERE run_id = ?", run_id)
+        return sorted(int(row[0]) for row in rows)
+
+    def size_bytes(self) -> int:
+        """The database's size on disk: pages in use times the page size (WAL not counted)."""
+        row = self.query("SELECT page_count * page_size FROM pragma_page_count, pragma_page_size")
+        return int(row[0][0])
+
     def close(self) -> None:
         with self._lock:
             for conn in [self._write, *self._readers]:
                 conn.close()
             self._readers.clear()
+
+
+def _conflict(run_id: str, num_splits: int, got: int) -> str:
+    return (
+        f"run {run_id!r} has num_splits={num_splits}, this event says {got}: a run's S "
+        "cannot change; give the new layout its own run id (ELASTIC_LOADER_RUN_ID)"
+    )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from dashboard.collector.deps import SettingsDep, StoreDep
+from dashboard.collector.deps import GUARD_ERRORS, SettingsDep, StoreDep
 from dashboard.collector.models import HealthPublic
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=GUARD_ERRORS)
 
 
 @router.get("/health", response_model=HealthPublic)

@@ -11,19 +11,23 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from dashboard.collector import views
-from dashboard.collector.deps import RunDep, StoreDep, TokenDep
+from dashboard.collector import status, views
+from dashboard.collector.deps import RUN_ERRORS, TOKEN_ERRORS, RunDep, StoreDep, TokenDep
 from dashboard.collector.models import (
     EventsPublic,
     PlacementPublic,
     ProgressPublic,
     RunPublic,
     RunsPublic,
+    StatusPublic,
     ThroughputPublic,
     TimelinePublic,
 )
+from loader.wire import KIND_PATTERN
 
-router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[TokenDep])
+router = APIRouter(
+    prefix="/api/runs", tags=["runs"], dependencies=[TokenDep], responses=TOKEN_ERRORS
+)
 
 
 def _json(body: Any) -> Response:
@@ -39,22 +43,27 @@ def list_runs(store: StoreDep) -> Response:
     return _listing(store.runs())
 
 
-@router.get("/{run_id}", response_model=RunPublic)
+@router.get("/{run_id}", response_model=RunPublic, responses=RUN_ERRORS)
 def get_run(run: RunDep) -> Response:
     return _json(run)
 
 
-@router.get("/{run_id}/placement", response_model=PlacementPublic)
+@router.get("/{run_id}/status", response_model=StatusPublic, responses=RUN_ERRORS)
+def get_status(run: RunDep, store: StoreDep) -> Response:
+    return _json(status.public(status.run_status(store, run)))
+
+
+@router.get("/{run_id}/placement", response_model=PlacementPublic, responses=RUN_ERRORS)
 def get_placement(run: RunDep, store: StoreDep) -> Response:
     return _json(views.placement(store, run))
 
 
-@router.get("/{run_id}/progress", response_model=ProgressPublic)
+@router.get("/{run_id}/progress", response_model=ProgressPublic, responses=RUN_ERRORS)
 def get_progress(run: RunDep, store: StoreDep) -> Response:
     return _json(views.progress(store, run))
 
 
-@router.get("/{run_id}/throughput", response_model=ThroughputPublic)
+@router.get("/{run_id}/throughput", response_model=ThroughputPublic, responses=RUN_ERRORS)
 def get_throughput(
     run: RunDep,
     store: StoreDep,
@@ -64,16 +73,16 @@ def get_throughput(
     return _json(views.throughput(store, run, window_s, points))
 
 
-@router.get("/{run_id}/events", response_model=EventsPublic)
+@router.get("/{run_id}/events", response_model=EventsPublic, responses=RUN_ERRORS)
 def get_events(
     run: RunDep,
     store: StoreDep,
-    kind: Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_]{0,31}$")] = None,
+    kind: Annotated[str | None, Query(pattern=KIND_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
     return _listing(store.events(run["run_id"], kind, limit))
 
 
-@router.get("/{run_id}/timeline", response_model=TimelinePublic)
+@router.get("/{run_id}/timeline", response_model=TimelinePublic, responses=RUN_ERRORS)
 def get_timeline(run: RunDep, store: StoreDep) -> Response:
     return _listing(views.timeline(store, run))

@@ -1,14 +1,15 @@
-"""Planner: before a run, what (rows, S, GPUs, workers, global batch) layouts fit."""
+"""Planner: before a run, what (rows, S, GPUs, workers, global batch) layouts fit.
+
+The answer is `loader.planner.plan_report`, the one `elastic-loader plan` prints.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
-from dashboard.placement import plan_fits, supported_world_sizes
+from loader.planner import LISTED, plan_report
 
-ui.framed()
 st.header("Planner")
 st.caption(
     "S is fixed for the life of a run; a resume may use any W that divides it. "
@@ -24,24 +25,30 @@ drop_last = left.checkbox("drop_last", value=True)
 
 try:
     candidates = sorted({int(p) for p in gpus.replace(",", " ").split()})
-    dropped, fits = plan_fits(int(rows), int(num_splits), candidates, int(global_batch), drop_last)
+    report = plan_report(
+        int(rows), int(num_splits), candidates, int(global_batch), drop_last=drop_last
+    )
 except ValueError as exc:
     st.error(str(exc))
     st.stop()
 
-per_split = int(rows) // int(num_splits)
 a, b, c = st.columns(3)
-a.metric("rows per split", f"{per_split:,}")
-b.metric("rows dropped per epoch", f"{dropped:,}")
-c.metric("elastic (G % S == 0)", "yes" if fits and fits[0].elastic else "no")
-st.caption(f"World sizes S = {num_splits} supports: {supported_world_sizes(int(num_splits))}")
+a.metric("rows per split", f"{report.rows_per_split:,}")
+b.metric("rows dropped per epoch", f"{report.rows_dropped:,}")
+c.metric("elastic (G % S == 0)", "yes" if report.identical_global_batches else "no")
+supported = report.supported_world_sizes
+more = f" … ({len(supported) - LISTED:,} more)" if len(supported) > LISTED else ""
+st.caption(f"World sizes S = {num_splits} supports: {supported[:LISTED]}{more}")
+fits = report.fits
 table = pd.DataFrame(
     {
         "GPUs": [f.world_size for f in fits],
-        "fits": ["yes" if f.fits else "no" for f in fits],
-        "why": [f.reason for f in fits],
-        "batch per GPU": [f.per_rank_batch if f.per_rank_batch else "—" for f in fits],
-        "batches per epoch": [f"{f.batches_per_epoch:,}" if f.fits else "—" for f in fits],
+        "fits": ["yes" if f.supported else "no" for f in fits],
+        "why": [f.reason or "fits" for f in fits],
+        "batch per GPU": [f.batch_size if f.batch_size else "—" for f in fits],
+        "batches per epoch": [
+            f"{f.batches_per_epoch:,}" if f.batches_per_epoch is not None else "—" for f in fits
+        ],
         "worker processes": [f.world_size * int(workers) for f in fits],
     }
 )

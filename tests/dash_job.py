@@ -1,0 +1,40 @@
+"""A one-rank training job for the browser test: `python -m tests.dash_job DIR API RUN`.
+
+It reads 7 batches with telemetry on, saves a checkpoint the way the README shows
+(`checkpoint.save(dl.state_dict(), path)`, no other call), reads 3 more, writes
+`DIR/ready`, then keeps "training" (its telemetry thread keeps reporting) until the test
+SIGKILLs it: a crash with no `close()` and no exit handler.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from loader import StreamingDataLoader, StreamingDataset, checkpoint
+
+SAVED_AT, BATCH = 7, 8
+
+
+def main(folder: str, api: str, run_id: str) -> None:
+    db = lancedb.connect(str(Path(folder, "lance")))
+    table = db.create_table("rows", pa.table({"id": np.arange(4000, dtype=np.int64)}))
+    ds = StreamingDataset(table, num_splits=8, shuffle_seed=1)
+    dl = StreamingDataLoader(ds, batch_size=BATCH, telemetry=api, run_id=run_id)
+    it = iter(dl)
+    for _ in range(SAVED_AT):
+        next(it)
+    checkpoint.save(dl.state_dict(), Path(folder, f"step-{SAVED_AT:06d}.json"))
+    for _ in range(3):
+        next(it)
+    Path(folder, "ready").touch()
+    threading.Event().wait()  # until SIGKILL
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

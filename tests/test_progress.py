@@ -1,0 +1,108 @@
+"""One owner of the position (loader/progress.py): step, global_step, loads and old states.
+
+Through the real loader on real tables: a state written before the progress object existed
+still resumes exactly, `global_step` counts batches across epochs and resumes, a load takes
+effect when the next iteration starts, and loaders sharing a dataset share its position.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loader import StreamingDataLoader, StreamingDataset
+from tests.tables import make_rows
+
+FIXTURE = Path(__file__).parent / "fixtures" / "state-before-progress.json"
+
+
+def ids(batches: Any) -> list[list[int]]:
+    return [b["id"].tolist() for b in batches]
+
+
+def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
+    """Saved by the loader as it was before loader/progress.py (no `global_step` key)."""
+    saved = orjson.loads(FIXTURE.read_bytes())
+    assert "global_step" not in saved["state"]
+    # the fixture's own source identity belongs to the sources' code; the position is what
+    # this test is about, so a change of fingerprint scheme must not hide it
+    ds = StreamingDataset(
+        make_rows(0, 600),
+        num_splits=4,
+        shuffle_seed=11,
+        shuffle_clump_size=5,
+        allow_source_change=True,
+    )
+    dl = StreamingDataLoader(ds, batch_size=32)
+    dl.load_state_dict(saved["state"])
+    assert (dl.step, dl.global_step, len(dl)) == (5, 5, 19)
+    assert ids(dl) == saved["rest"]
+    assert (dl.step, dl.global_step) == (0, 19)
+
+
+def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_rows: Any) -> None:
+    dl = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=64)
+    assert dl.global_step == 0
+    list(dl)  # 10 batches
+    head = list(itertools.islice(dl, 3))
+    assert len(head) == 3 and (dl.step, dl.global_step) == (3, 13)
+    list(dl)  # a new `for` finishes epoch 1: 7 more
+    assert (dl.step, dl.global_step, dl.progress.epoch) == (0, 20, 2)
+    next(iter(dl))
+    state = dl.state_dict()
+    assert (state["step"], state["global_step"]) == (1, 21)
+    resumed = StreamingDataLoader(
+        StreamingDataset(lance_rows, num_splits=4, rank=1, world_size=2), batch_size=32
+    )
+    resumed.load_state_dict(state)
+    assert (resumed.step, resumed.global_step) == (1, 21)
+    rest = list(resumed)
+    assert resumed.global_step == 21 + len(rest) and resumed.step == 0
+
+
+def test_a_load_takes_effect_when_the_next_iteration_starts(lance_rows: Any) -> None:
+    dl = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=50)
+    saved_after_two = None
+    running = iter(dl)
+    for step, _ in enumerate(running, start=1):
+        if step == 2:
+            saved_after_two = dl.state_dict()
+        if step == 5:
+            break
+    assert saved_after_two is not None
+    expected = ids(itertools.islice(iter(dl), 7))  # the batches after step 5, for comparison
+    dl.load_state_dict(saved_after_two)
+    assert dl.state_dict() == saved_after_two
+    next(running, None)  # the iteration that was running when the state was loaded
+    assert dl.state_dict() == saved_after_two, "a stale iteration moves nothing"
+    again = ids(dl)
+    assert again[3:] == expected, "the next `for` starts at the loaded position"
+    assert len(again) == 10
+
+
+def test_a_second_loader_over_a_drawn_dataset_continues_its_epoch_and_step(
+    lance_rows: Any,
+) -> None:
+    """Deliberate: the dataset owns the position. len() and step agree with its cursors."""
+    ds = StreamingDataset(lance_rows, num_splits=4)
+    first = StreamingDataLoader(ds, batch_size=25)
+    taken = ids(itertools.islice(first, 1))
+    second = StreamingDataLoader(ds, batch_size=25)
+    assert sum(second.state_dict()["cursors"]) == 25
+    assert (second.step, len(second)) == (1, 24), "step counts the batch the cursors show"
+    rest = ids(second)
+    assert len(rest) == 23
+    assert sorted(i for b in taken + rest for i in b) == list(range(600))
+
+
+def test_the_dataset_and_its_loader_share_one_position(lance_rows: Any) -> None:
+    ds = StreamingDataset(lance_rows, num_splits=4)
+    rows = list(itertools.islice(ds, 100))  # row by row: a "batch" is a row
+    assert ds.state_dict()["step"] == 100 and sum(ds.state_dict()["cursors"]) == 100
+    dl = StreamingDataLoader(ds, batch_size=100)
+    rest = [i for b in ids(dl) for i in b]
+    assert sorted([r["id"] for r in rows] + rest) == list(range(600))
+    assert ds.epoch == 1 and dl.state_dict()["cursors"] == [0, 0, 0, 0]

@@ -1,0 +1,107 @@
+"""Run and rank state from heartbeats, outages and job progress, through the collector's API.
+
+Synthetic runs whose last reports lie at chosen distances in the past: the collector's
+clock decides, as in production (stalled after 5 send intervals, crashed after 15).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from dashboard.collector.config import Settings
+from dashboard.collector.main import create_app
+from dashboard.collector.views import gpu_labels
+from dashboard.synthetic import SyntheticRun, synthetic_events
+from tests.test_collector import LOCAL
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(db=str(tmp_path / "s.db"))), base_url=LOCAL) as c:
+        yield c
+
+
+def _post(client: TestClient, *runs: SyntheticRun) -> None:
+    for run in runs:
+        body = orjson.dumps({"events": list(synthetic_events(run))})
+        response = client.post(
+            "/api/events", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 202
+
+
+def _get(client: TestClient, run_id: str, view: str) -> Any:
+    return client.get(f"/api/runs/{run_id}/{view}").json()
+
+
+def test_states_from_heartbeats(client: TestClient) -> None:
+    now = time.time()
+    ended_ago = {"live": 0, "stalled": 8, "crashed": 40, "finished": 40, "stopped": 40}
+    runs = {
+        name: SyntheticRun(
+            name, 4, 16, 10_000, 20, now - 20 - ago,
+            closed=name in ("finished", "stopped"),
+            total_epochs={"finished": 1, "stopped": 3}.get(name),
+        )
+        for name, ago in ended_ago.items()
+    }  # fmt: skip
+    _post(client, *runs.values())
+    for name in runs:
+        status = _get(client, name, "status")
+        expected = "running" if name == "live" else name
+        assert status["state"] == expected, (name, status["headline"])
+    crashed = _get(client, "crashed", "status")
+    assert crashed["headline"].startswith("Crashed: every rank stopped reporting without closing")
+    assert all(r["state"] == "crashed" and r["silent_s"] >= 39 for r in crashed["ranks"])
+
+    progress = _get(client, "crashed", "progress")
+    assert progress["rows_per_s"] == 0 and progress["eta_s"] is None  # no speed from the dead
+    last_step = 20 * 2000 // 32
+    labels = [i["label"] for i in _get(client, "crashed", "timeline")["data"]]
+    assert f"crashed: every rank stopped reporting after step {last_step:,}" in labels
+    placement = _get(client, "crashed", "placement")
+    assert {r["state"] for r in placement["current"]["ranks"]} == {"crashed"}
+
+    assert _get(client, "live", "progress")["rows_per_s"] == pytest.approx(4 * 2000)
+    stopped = _get(client, "stopped", "progress")["job"]
+    assert stopped["label"] == "epoch 1 of 3" and 0 < stopped["pct"] < 100 / 3
+    finished = _get(client, "finished", "progress")
+    assert finished["job"]["label"] == "epoch 1 of 1" and finished["job"]["eta_s"] == 0
+    assert finished["eta_s"] == 0
+
+
+def test_an_outage_is_a_gap_not_a_line(client: TestClient) -> None:
+    now = time.time()
+    first = SyntheticRun("gap", 2, 8, 1_000_000, 20, now - 80)
+    second = SyntheticRun("gap", 2, 8, 1_000_000, 20, now - 20, start_rows=40_000)
+    _post(client, first, second)
+    band = _get(client, "gap", "throughput")["band"]
+    assert {p["segment"] for p in band} == {0, 1}
+    silent = [p for p in band if now - 60 + 1 < p["t"] < now - 20 - 3]  # 3 s buckets
+    assert silent == []  # no point inside the outage: the chart draws two segments
+    outages = [i for i in _get(client, "gap", "timeline")["data"] if i["kind"] == "outage"]
+    assert len(outages) == 1
+    assert outages[0]["ts"] >= now - 60 - 10 and outages[0]["end_ts"] <= now - 20 + 10
+    assert outages[0]["label"].startswith("no reports for")
+
+
+def test_input_bound_verdict_names_the_waiting_ranks(client: TestClient) -> None:
+    _post(client, SyntheticRun("io", 8, 16, 10**6, 20, time.time() - 20, slow_rank=3))
+    verdict = _get(client, "io", "throughput")["input"]
+    assert verdict["bound"] == [3] and verdict["verdict"] == "input-bound on rank 3"
+    assert verdict["ranks"][0] == {"rank": 3, "wait_share": pytest.approx(0.6)}
+    assert verdict["job_share"] == pytest.approx(0.02)
+
+
+def test_gpu_column_under_a_launcher_without_local_rank() -> None:
+    ranks = [{"rank": r, "host": "a" if r < 3 else "b", "local_rank": 0} for r in range(5)]
+    assert gpu_labels(ranks) == {0: 0, 1: 1, 2: 2, 3: 0, 4: 1}
+    torchrun = [{"rank": r, "host": "a", "local_rank": 3 - r} for r in range(4)]
+    assert gpu_labels(torchrun) == {0: 3, 1: 2, 2: 1, 3: 0}
