@@ -12,6 +12,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from loader import storage as object_store
 from loader.sources.base import SourceUnreachableError
 
 # Option values that are safe to print; every other value is treated as a secret.
@@ -71,7 +72,12 @@ def _secret_environment() -> dict[str, str]:
 
 
 def redact(text: str, options: dict[str, str] | None) -> str:
-    """`text` with every secret value (of the options or the environment) replaced by '***'."""
+    """`text` with every secret value (of the options or the environment) replaced by '***'.
+
+    Wider than `loader.storage.redact` (AWS credentials): any option that is not known to be
+    public, and Azure/Google credentials in the environment, since Lance accepts those too.
+    """
+    text = object_store.redact(text, options)
     secrets = {k: v for k, v in (options or {}).items() if k not in PUBLIC_OPTIONS}
     for value in (*secrets.values(), *_secret_environment().values()):
         if value and len(value) >= 4:
@@ -109,29 +115,15 @@ def unreachable(uri: str, options: dict[str, str] | None, err: BaseException) ->
 
 
 def pyarrow_filesystem(uri: str, options: dict[str, str] | None) -> tuple[Any, str]:
-    """A pyarrow filesystem for `uri` with the same options mapped, and the path inside it."""
+    """A pyarrow filesystem for `uri` and the path inside it: S3 through the same mapping of
+    Lance-style options as checkpoint files (`loader.storage`), other stores by pyarrow's
+    own configuration."""
     from pyarrow import fs
 
     if not is_object_store(uri):
         return fs.LocalFileSystem(), normalise_uri(uri)
     scheme, rest = uri.split("://", 1)
     if scheme not in ("s3", "s3a"):
-        filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://: pyarrow's own config
+        filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://
         return filesystem, path
-    opts = options or {}
-    kwargs: dict[str, Any] = {}
-    for ours, theirs in (
-        ("aws_access_key_id", "access_key"),
-        ("aws_secret_access_key", "secret_key"),
-        ("aws_session_token", "session_token"),
-        ("region", "region"),
-        ("aws_region", "region"),
-    ):
-        if ours in opts:
-            kwargs[theirs] = opts[ours]
-    endpoint = opts.get("endpoint") or opts.get("aws_endpoint")
-    if endpoint:
-        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-        kwargs["endpoint_override"] = parts.netloc
-        kwargs["scheme"] = parts.scheme
-    return fs.S3FileSystem(**kwargs), rest.rstrip("/")
+    return object_store.s3_filesystem(options), rest.rstrip("/")
