@@ -23,7 +23,7 @@ import loader.sources as sources_package
 from loader import StreamingDataLoader, StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
 from loader.sources.arrow import table_fingerprint
-from loader.sources.storage import normalise_uri, redact
+from loader.sources.storage import normalise_uri, redact, unreachable
 from tests.tables import make_rows
 
 
@@ -140,3 +140,18 @@ def test_redact_hides_option_and_environment_secrets(monkeypatch: pytest.MonkeyP
     options = {"endpoint": "http://127.0.0.1:9", "aws_secret_access_key": "opt-secret-value"}
     text = redact("GET http://127.0.0.1:9 key=opt-secret-value env=env-secret-value", options)
     assert text == "GET http://127.0.0.1:9 key=*** env=***"
+
+
+@pytest.mark.parametrize(
+    ("error", "hint"),
+    [
+        ("error sending request in 661.403551ms, after 3 retries", "'endpoint'"),
+        ("Failed to resolve region for bucket 'b'", "'region'"),
+        ("Failed to get AWS credentials: CredentialsNotLoaded", "credentials"),
+        ("Server returned non-2xx status code: 403 Forbidden", "credentials"),
+    ],
+)
+def test_unreachable_names_the_likely_option(error: str, hint: str) -> None:
+    options = {"endpoint": "http://127.0.0.1:9", "allow_http": "true", "region": "us-east-1"}
+    message = str(unreachable("s3://b/t.lance", options, OSError(error)))
+    assert f"Likely missing or wrong: {hint}" in message and "'s3://b/t.lance'" in message
