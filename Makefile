@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export NUMBA_THREADING_LAYER ?= workqueue
 
-.PHONY: test demo lint chromium bench clean-venv
+.PHONY: test test-fast demo lint chromium bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP) chromium lint
 	NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_kernels.py \
 		-W "ignore:overflow encountered:RuntimeWarning"
 	$(VENV)/bin/pytest -q
+
+# The inner loop: everything that runs in one process, no lint. CI runs `make test`.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -x -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/python examples/main_job.py

@@ -139,8 +139,10 @@ def batch_positions(case: Case) -> list[np.ndarray]:
     Raw reads take exactly these, so ``ours / raw_take`` compares the same rows in the same
     batches; sorting is what any raw read would do (ours sorts too, then restores order).
     """
+    from loader.progress import Batching
+
     ds = _ours_dataset(case)
-    stream = ds.peek_stream(case.batch_size, False)
+    stream = ds.progress.peek(Batching(case.batch_size, False))
     count = min(stream.num_batches, -(-case.max_rows // case.batch_size) + 1)
     return [np.sort(ds.reader.positions(stream.task(t))) for t in range(count)]
 

@@ -76,8 +76,11 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     cells = base.mark_rect(**_stroke(cell)).encode(
         color=alt.Color(
             "rank:Q",
-            scale=alt.Scale(scheme="turbo", domain=[0, world]),
-            legend=alt.Legend(orient="bottom", title="rank", gradientLength=300),
+            # turbo without its near-black ends: dark means "silent" on this grid
+            scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
+            legend=alt.Legend(
+                orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
+            ),
         ),
         tooltip=tooltip,
     )
@@ -166,9 +169,12 @@ def rank_bars(ranks: list[dict[str, Any]]) -> alt.Chart:
     )
 
 
-def band_chart(band: list[dict[str, Any]], title: str) -> alt.LayerChart:
+def band_chart(
+    band: list[dict[str, Any]], title: str, crashed_at: float | None = None
+) -> alt.LayerChart:
     """Rows/s across ranks per time bucket: min-max band and median line; each `segment`
-    is drawn apart, so an outage is a gap, not a straight line across it."""
+    is drawn apart, so an outage is a gap, not a straight line across it; a red rule where
+    the run crashed."""
     frame = pd.DataFrame(band or [{"t": 0.0, "segment": 0, "median": 0.0, "min": 0.0, "max": 0.0}])
     frame["time"] = _ms(frame["t"])
     base = alt.Chart(frame).encode(x=_time_x(), detail="segment:N")
@@ -184,8 +190,13 @@ def band_chart(band: list[dict[str, Any]], title: str) -> alt.LayerChart:
     line = base.mark_line(color="#0d47a1", point=len(frame) < 60).encode(
         y="median:Q", tooltip=tooltip
     )
+    layers: list[Any] = [area, line]
+    if crashed_at is not None:
+        crash = pd.DataFrame({"time": [_ms(crashed_at)], "what": ["crash: last report"]})
+        rule = alt.Chart(crash).mark_rule(color="#c62828", strokeWidth=2, strokeDash=[4, 3])
+        layers.append(rule.encode(x=_time_x(), tooltip=["what:N"]))
     chart_title = f"{title}: median across ranks, band from the slowest to the fastest"
-    return alt.LayerChart(layer=[area, line], title=chart_title).properties(height=240)
+    return alt.LayerChart(layer=layers, title=chart_title).properties(height=240)
 
 
 def wait_chart(band: list[dict[str, Any]]) -> alt.Chart:
@@ -214,9 +225,10 @@ def wait_chart(band: list[dict[str, Any]]) -> alt.Chart:
     )
 
 
-def timeline_chart(items: list[dict[str, Any]]) -> alt.LayerChart:
-    """Checkpoints, resumes, epoch ends, outages (shaded spans) and a crash on a time axis;
-    labels are in the tooltip and the table below (on the chart they smear together)."""
+def timeline_chart(items: list[dict[str, Any]], by_step: bool = False) -> alt.LayerChart:
+    """Checkpoints, resumes, epoch ends, outages (shaded spans) and a crash on a time axis,
+    or (`by_step`) on the global-step axis, where outages, which have no step, are left out.
+    Labels are in the tooltip and the table below (on the chart they smear together)."""
     frame = pd.DataFrame(items)
     frame["time"] = _ms(frame["ts"])
     frame["end"] = _ms(frame["end_ts"].fillna(frame["ts"]))
@@ -227,14 +239,18 @@ def timeline_chart(items: list[dict[str, Any]]) -> alt.LayerChart:
         alt.Tooltip("step:Q", title="global step", format=","),
         "ranks:Q",
     ]
-    base = alt.Chart(frame).encode(x=_time_x(), tooltip=tooltip)
-    spans = (
-        base.transform_filter("datum.kind == 'outage'")
-        .mark_rect(color="#c62828", opacity=0.15)
-        .encode(x2="end:T")
+    x = alt.X("step:Q", title="global step", axis=alt.Axis(format=",d")) if by_step else _time_x()
+    base = alt.Chart(frame).encode(x=x, tooltip=tooltip)
+    points = base.transform_filter(
+        "datum.kind != 'outage' && isValid(datum.step)" if by_step else "datum.kind != 'outage'"
     )
-    points = base.transform_filter("datum.kind != 'outage'").mark_point(size=140, filled=True)
-    points = points.encode(y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None))
-    return alt.LayerChart(layer=[spans, points]).properties(
-        height=60 + 40 * frame["what"].nunique()
+    points = points.mark_point(size=140, filled=True).encode(
+        y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None)
     )
+    layers: list[Any] = [points]
+    if not by_step:
+        spans = base.transform_filter("datum.kind == 'outage'").mark_rect(
+            color="#c62828", opacity=0.15
+        )
+        layers.insert(0, spans.encode(x2="end:T"))
+    return alt.LayerChart(layer=layers).properties(height=60 + 40 * frame["what"].nunique())

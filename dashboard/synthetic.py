@@ -131,3 +131,38 @@ def post_events(
                 accepted += orjson.loads(resp.read())["accepted"]
             batch = []
     return accepted
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m dashboard.synthetic URL --ranks 1024 --splits 4096`: a run for a demo or a
+    screenshot, posted to the collector at URL, its last second now."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("url", help="the collector, e.g. http://127.0.0.1:8765")
+    parser.add_argument("--run-id", default="synthetic")
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--splits", type=int, default=4096)
+    parser.add_argument("--rows-per-split", type=int, default=10_000)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--slow-rank", type=int, default=None)
+    parser.add_argument("--total-epochs", type=int, default=None)
+    args = parser.parse_args(argv)
+    run = SyntheticRun(
+        args.run_id,
+        args.ranks,
+        args.splits,
+        args.rows_per_split,
+        args.seconds,
+        time.time() - args.seconds,
+        slow_rank=args.slow_rank,
+        checkpoint_every=max(1, args.seconds // 3),
+        total_epochs=args.total_epochs,
+    )
+    print(f"posted {post_events(args.url, synthetic_events(run)):,} events to {args.url}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -75,6 +75,7 @@ def ago(seconds: float | None) -> str:
     """'41 s ago', '3 min ago', '2 h 05 min ago'."""
     if seconds is None:
         return "—"
+    seconds = max(0.0, seconds)  # a rank's clock a little ahead of this one's
     if seconds < 90:
         return f"{seconds:.0f} s ago"
     minutes = int(seconds // 60)

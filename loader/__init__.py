@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.plan import PlanSpec
+    from loader.watchdog import DataWaitTimeout
 
 _EXPORTS = {
+    "DataWaitTimeout": "loader.watchdog",
     "PlanSpec": "loader.plan",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
@@ -27,6 +29,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DataWaitTimeout",
     "PlanSpec",
     "StreamingDataLoader",
     "StreamingDataset",

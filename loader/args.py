@@ -8,6 +8,8 @@ from collections.abc import Callable, Collection
 from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
+
 SEED_LIMIT = 2**64  # seeds are 64-bit: [0, 2**64)
 
 
@@ -32,7 +34,7 @@ def optional_integer(name: str, value: Any, low: int, high: int | None = None) -
 
 def boolean(name: str, value: Any) -> bool:
     """A real bool (numpy's too): `shuffle="no"` would otherwise count as True."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool | np.bool_):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {_shown(value)}")
 

@@ -93,9 +93,10 @@ def save(
 def _tell_telemetry(state: Mapping[str, Any], target: Path | str) -> None:
     """Put the checkpoint on the dashboard's timeline: live telemetry clients of this process
     whose loader is at `state` send it (telemetry off: the module was never imported)."""
-    telemetry = sys.modules.get("loader.telemetry")
-    if telemetry is not None:
-        telemetry.checkpoint_saved(state, target)
+    if "loader.telemetry" in sys.modules:
+        from loader.telemetry_checkpoints import checkpoint_saved
+
+        checkpoint_saved(state, target)
 
 
 def encode(state: Mapping[str, Any]) -> bytes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -25,7 +24,7 @@ from loader.mainguard import check_main_guard
 from loader.prefetch import map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
-from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, Watchdog
+from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
@@ -120,9 +119,10 @@ class StreamingDataLoader(DataLoader[Any]):
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
         data_timeout_s: with workers, the longest this rank waits for one read from them
-            (default 600 s; None: forever). Past it the workers are killed and the loop
-            raises `DataWaitTimeout` naming them, so a stopped or stuck worker fails the
-            rank instead of hanging it.
+            (default 600 s; None: forever; read when an iteration starts, and the first
+            read includes starting the workers). Past it the workers are killed and the loop
+            raises `DataWaitTimeout` naming them (within about 5 s more: torch's status-check
+            interval), so a stopped or stuck worker fails the rank instead of hanging it.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
@@ -162,7 +162,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on
-        self._reads: _WorkerPids | None = None  # the workers of the latest iteration
+        self._latest_workers: WorkerPids | None = None  # of the latest iteration
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
@@ -249,32 +249,15 @@ class StreamingDataLoader(DataLoader[Any]):
     def _from_workers(self) -> Iterator[Any]:
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
         reads = super().__iter__()
-        workers = _WorkerPids(reads)
-        self._reads = workers
-        if self.data_timeout_s is None:
-            yield from (batch for read in reads for batch in read)
-            return
-        watchdog = Watchdog(self.data_timeout_s, workers.pids, self.streaming_dataset.rank)
-        try:
-            while True:
-                watchdog.waiting()
-                try:
-                    read = next(reads)
-                except StopIteration:
-                    return
-                except Exception as err:
-                    watchdog.check(err)
-                    raise
-                watchdog.received()
-                watchdog.check()
-                yield from read
-        finally:
-            watchdog.close()
+        self._latest_workers = WorkerPids(reads)
+        return watched_batches(
+            reads, self.data_timeout_s, self._latest_workers, self.streaming_dataset.rank
+        )
 
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of this loader's live workers (empty before the first iteration)."""
-        return self._reads.pids() if self._reads is not None else []
+        return self._latest_workers.pids() if self._latest_workers is not None else []
 
     def _start_method(self) -> str | None:
         context = self.multiprocessing_context
@@ -312,8 +295,10 @@ class StreamingDataLoader(DataLoader[Any]):
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
         state = self.streaming_dataset.make_state(self._batching)
-        if self._telemetry is not None:
-            self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
+        if self._telemetry is not None:  # a DCP save shows on the dashboard's timeline
+            from loader.telemetry_checkpoints import state_taken
+
+            state_taken(self._telemetry, state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -384,18 +369,6 @@ class StreamingDataLoader(DataLoader[Any]):
             "splits": [splits.start, splits.stop],
             "cursors": list(self.progress.cursors[splits.start : splits.stop]),
         }
-
-
-class _WorkerPids:
-    """The pids of a torch iterator's workers, without keeping the iterator alive."""
-
-    def __init__(self, reads: Any) -> None:
-        self._reads = weakref.ref(reads)
-
-    def pids(self) -> list[int]:
-        reads = self._reads()
-        workers = getattr(reads, "_workers", None) or []
-        return [w.pid for w in workers if w.pid is not None]
 
 
 def _check_torch_kwargs(

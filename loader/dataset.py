@@ -136,6 +136,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
         self.plan = plan
+        self._shuffle = (plan.shuffle, plan.shuffle_seed, plan.clump_size)
         self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
 
     @property

@@ -57,7 +57,7 @@ def _guarded_blocks(path: str) -> tuple[tuple[int, int], ...]:
     except (OSError, SyntaxError, ValueError):
         return ((1, sys.maxsize),)  # unreadable: assume guarded rather than refuse wrongly
     return tuple(
-        (node.body[0].lineno, node.end_lineno or node.body[-1].lineno)
+        (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
         for node in tree.body
         if isinstance(node, ast.If) and _is_main_test(node.test)
     )

@@ -57,9 +57,10 @@ class Progress:
     @property
     def cursors(self) -> tuple[int, ...]:
         """Per-split cursors after the rows handed out so far."""
-        if self._stream is None:
+        stream, done = self._stream, self._rows_done  # one read: telemetry's thread asks too
+        if stream is None:
             return self._cursors
-        return tuple(self._stream.cursors_at(self._rows_done))
+        return tuple(stream.cursors_at(done))
 
     def _settle(self) -> None:
         self._cursors, self._stream, self._rows_done = self.cursors, None, 0

@@ -114,6 +114,8 @@ def check_state(state: Any) -> None:
             "no run of this plan can have saved it",
         )
     check_count(KEY_STEP, state[KEY_STEP])
+    if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
+        check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
 
 
 def check_version(field: str, version: Any, supported: int) -> None:

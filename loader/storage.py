@@ -4,7 +4,8 @@ Users already hold their credentials as the options Lance and LanceDB take
 (`endpoint`, `allow_http`, `region`, `aws_access_key_id`, ...), so everything that reaches
 an object store through pyarrow (checkpoint files, and the readers) takes the same dict and
 the same `AWS_*` environment variables. Credentials stay out of every message: `redact`
-removes their values from any text shown to a user.
+removes their values from any text shown to a user. (`loader.sources.storage` builds on this
+for tables: URI normalisation, options found on a table, "store unreachable" errors.)
 
 Standard library only at import; pyarrow is imported when a filesystem is made.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
+    "PUBLIC_OPTIONS",
     "SUPPORTED_SCHEMES",
     "is_uri",
     "options_from_env",
@@ -47,7 +49,12 @@ _S3_ARGUMENTS = {
     "aws_session_token": "session_token",
 }
 _ALLOW_HTTP = ("allow_http", "aws_allow_http")
-_CREDENTIALS = ("access_key", "secret_key", "session_token")  # pyarrow names: never shown
+# Option values that are safe to print; every other value is treated as a secret.
+PUBLIC_OPTIONS = frozenset(
+    {"endpoint", "aws_endpoint", "region", "aws_region", "allow_http", "aws_allow_http"}
+)
+_CLOUD_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
+_SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL")
 
 
 def is_uri(location: object) -> bool:
@@ -102,14 +109,13 @@ def s3_filesystem_args(storage_options: Mapping[str, Any] | None) -> dict[str, A
             allow_http = str(value).strip().lower() in ("1", "true", "yes")
         elif name in _S3_ARGUMENTS:
             args[_S3_ARGUMENTS[name]] = str(value)
-    endpoint = args.get("endpoint_override", "")
-    scheme = urlsplit(endpoint).scheme.lower() if "://" in endpoint else ""
-    if scheme == "http" and not allow_http:
-        raise ValueError(
-            f"storage option endpoint={endpoint!r} is plain HTTP but allow_http is not 'true'; "
-            "set allow_http='true' (as Lance requires) or use an https:// endpoint"
-        )
-    args["scheme"] = scheme or ("http" if allow_http else "https")
+    endpoint = args.pop("endpoint_override", "")
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+        args["endpoint_override"] = parts.netloc
+        args["scheme"] = parts.scheme.lower() or ("http" if allow_http else "https")
+    elif allow_http:
+        args["scheme"] = "http"
     return args
 
 
@@ -120,10 +126,20 @@ def s3_filesystem(storage_options: Mapping[str, Any] | None) -> Any:
     return fs.S3FileSystem(**s3_filesystem_args(storage_options))
 
 
+def _secret_environment() -> dict[str, str]:
+    """Credentials the object-store clients read from the environment (AWS_*, AZURE_*, ...)."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(_CLOUD_PREFIXES) and any(w in name for w in _SECRET_WORDS)
+    }
+
+
 def redact(text: str, storage_options: Mapping[str, Any] | None) -> str:
-    """`text` with every credential value of the options (and of `AWS_*`) replaced by ***."""
-    merged = {**options_from_env(), **(storage_options or {})}
-    for key, value in merged.items():
-        if _S3_ARGUMENTS.get(key.lower()) in _CREDENTIALS and value:
-            text = text.replace(str(value), "***")
+    """`text` with every secret value (of the options or the environment) replaced by '***'."""
+    options = storage_options or {}
+    secrets = [str(v) for k, v in options.items() if k.lower() not in PUBLIC_OPTIONS]
+    for value in (*secrets, *_secret_environment().values()):
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
     return text

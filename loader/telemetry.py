@@ -32,10 +32,8 @@ import logging
 import os
 import queue
 import socket
-import sys
 import threading
 import time
-import types
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -110,42 +108,6 @@ def job_length(total_epochs: int | None, total_steps: int | None) -> dict[str, i
             )
         out[name] = value
     return out
-
-
-def checkpoint_saved(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """`loader.checkpoint.save` wrote `state` to `path`: every live client of this process
-    whose loader is at that position sends a `checkpoint_saved` event (with the path), so
-    the timeline shows checkpoints without a call the user must know about."""
-    for client in list(_LIVE):
-        client.saved_if_mine(state, path)
-
-
-# Where torch.distributed.checkpoint's save runs: a loader's `state_dict()` called from
-# there is a DCP save (`dcp.load` also calls `state_dict()`, from state_dict_loader.py).
-_DCP_SAVER = ("checkpoint", "state_dict_saver.py")
-_DCP_SAVE_FUNCTIONS = ("save", "async_save", "save_state_dict")
-
-
-def dcp_save_target(max_depth: int = 40) -> str | None:
-    """The `checkpoint_id` of the `torch.distributed.checkpoint.save` that is running on this
-    thread (a loader passed as a `Stateful` is asked for its state from inside it), else None.
-
-    DCP has no hook to tell a `Stateful` that it is being saved; a look at the caller frames
-    (cheap: only when `state_dict()` is called with telemetry on) is how the timeline gets
-    DCP checkpoints without a call the user must know about.
-    """
-    frame: types.FrameType | None = sys._getframe(1)
-    for _ in range(max_depth):
-        if frame is None:
-            return None
-        code = frame.f_code
-        if code.co_name in _DCP_SAVE_FUNCTIONS and code.co_filename.endswith(
-            os.path.join(*_DCP_SAVER)
-        ):
-            target = frame.f_locals.get("checkpoint_id") or frame.f_locals.get("storage_writer")
-            return _field(target) if target is not None else "DCP checkpoint"
-        frame = frame.f_back
-    return None
 
 
 class TelemetryWarning(RuntimeWarning):
@@ -329,44 +291,6 @@ class TelemetryClient:
         ev["data"] = {str(k): _field(v) for k, v in fields.items()}
         self._offer(ev)
         self._wake.set()
-
-    def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-        """Send `checkpoint_saved` if `state` is this rank's loader's current position
-        (same epoch, same cursors of its splits); a state of another loader is ignored."""
-        snapshot = self._snapshot() if self._snapshot is not None else None
-        if snapshot is None or self._stop.is_set():
-            return
-        try:
-            now = _position(snapshot(), self.static.get("num_splits"))
-            cursors = state.get("cursors")
-            lo, hi = now["splits"]
-            mine = list(cursors[lo:hi]) if isinstance(cursors, list) else None
-            if state.get("epoch") != now.get("epoch") or mine != now.get("cursors"):
-                return
-        except Exception:  # an odd state or a snapshot racing the loader: no event
-            logger.debug("telemetry: could not match a saved state", exc_info=True)
-            return
-        self.event(
-            "checkpoint_saved",
-            path=path,
-            epoch=now.get("epoch"),
-            step=state.get("step", now.get("step")),
-            global_step=state.get("global_step", now.get("global_step")),
-        )
-
-    def state_taken(self, state: Mapping[str, Any]) -> None:
-        """The loader's `state_dict()` returned `state`: if a DCP save asked for it, that is
-        a checkpoint (`loader.checkpoint.save` reports its own through `saved_if_mine`)."""
-        target = dcp_save_target()
-        if target is not None:
-            self.event(
-                "checkpoint_saved",
-                path=target,
-                via="dcp",
-                epoch=state.get("epoch"),
-                step=state.get("step"),
-                global_step=state.get("global_step"),
-            )
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""

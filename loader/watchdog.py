@@ -19,8 +19,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DATA_TIMEOUT_S = 600.0
 
@@ -108,3 +110,39 @@ class Watchdog:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+class WorkerPids:
+    """The pids of a torch iterator's workers, without keeping the iterator alive."""
+
+    def __init__(self, reads: Any) -> None:
+        self._reads = weakref.ref(reads)
+
+    def pids(self) -> list[int]:
+        workers = getattr(self._reads(), "_workers", None) or []
+        return [w.pid for w in workers if w.pid is not None]
+
+
+def watched_batches(
+    reads: Iterator[list[Any]], limit_s: float | None, workers: WorkerPids, rank: int
+) -> Iterator[Any]:
+    """The batches of each read from torch's iterator; with a limit, every wait is watched."""
+    if limit_s is None:
+        yield from (batch for read in reads for batch in read)
+        return
+    watchdog = Watchdog(limit_s, workers.pids, rank)
+    try:
+        while True:
+            watchdog.waiting()
+            try:
+                read = next(reads)
+            except StopIteration:
+                return
+            except Exception as err:
+                watchdog.check(err)
+                raise
+            watchdog.received()
+            watchdog.check()
+            yield from read
+    finally:
+        watchdog.close()

@@ -1,9 +1,11 @@
-"""A one-rank training job for the browser test: `python -m tests.dash_job DIR API RUN`.
+"""One-rank training jobs for the browser test: `python -m tests.dash_job MODE DIR API RUN`.
 
-It reads 7 batches with telemetry on, saves a checkpoint the way the README shows
-(`checkpoint.save(dl.state_dict(), path)`, no other call), reads 3 more, writes
-`DIR/ready`, then keeps "training" (its telemetry thread keeps reporting) until the test
-SIGKILLs it: a crash with no `close()` and no exit handler.
+- `crash`: reads 7 batches with telemetry on, saves a checkpoint the way the README shows
+  (`checkpoint.save(dl.state_dict(), path)`, no other call), reads 3 more, writes
+  `DIR/ready`, then keeps "training" (its telemetry thread keeps reporting) until the test
+  SIGKILLs it: a crash with no `close()` and no exit handler.
+- `finish`: states `total_epochs=1`, reads the whole epoch and exits normally (the client's
+  exit handler sends `closed`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ from loader import StreamingDataLoader, StreamingDataset, checkpoint
 SAVED_AT, BATCH = 7, 8
 
 
-def main(folder: str, api: str, run_id: str) -> None:
-    db = lancedb.connect(str(Path(folder, "lance")))
+def main(mode: str, folder: str, api: str, run_id: str) -> None:
+    db = lancedb.connect(str(Path(folder, f"lance-{mode}")))
     table = db.create_table("rows", pa.table({"id": np.arange(4000, dtype=np.int64)}))
     ds = StreamingDataset(table, num_splits=8, shuffle_seed=1)
+    if mode == "finish":
+        dl = StreamingDataLoader(ds, batch_size=BATCH, telemetry=api, run_id=run_id, total_epochs=1)
+        for _ in dl:
+            pass
+        return
     dl = StreamingDataLoader(ds, batch_size=BATCH, telemetry=api, run_id=run_id)
     it = iter(dl)
     for _ in range(SAVED_AT):
@@ -37,4 +44,4 @@ def main(folder: str, api: str, run_id: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -55,3 +55,16 @@ def _append_while_starting(rank: int, db: str, table: Any) -> Any:
     fresh = lancedb.connect(db).open_table("rows")
     assert fresh.count_rows() == 640, "this rank does see the write"
     return fresh
+
+
+def report_picked_seed(rank: int, world: int, port: int, out: str) -> None:
+    """Build a dataset with shuffle_seed=None and record the seed this rank uses."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ds = StreamingDataset(make_rows(0, 64), num_splits=4, shuffle_seed=None)
+        first = next(iter(StreamingDataLoader(ds, batch_size=8)))["id"].tolist()
+        record = {"seed": ds.shuffle_seed, "first": first}
+        Path(out, f"rank{rank}.json").write_bytes(orjson.dumps(record))
+    finally:
+        dist.destroy_process_group()

@@ -339,6 +339,8 @@ def test_future_format_versions_are_refused(tmp_path: Path) -> None:
         ({"source": {**make_state()["source"], "columns": [1, 2]}}, "payload.source.columns"),
         ({"source": {**make_state()["source"], "columns": "id"}}, "payload.source.columns"),
         ({"step": None}, "payload.step"),
+        ({"global_step": -3}, "payload.global_step"),
+        ({"global_step": "7"}, "payload.global_step"),
     ],
 )
 def test_malformed_payload_with_valid_checksum_is_refused(

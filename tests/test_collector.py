@@ -313,7 +313,9 @@ def test_charts_draw_every_view(client: TestClient) -> None:
         charts.progress_grid(progress),
         charts.band_chart(throughput["band"], "rows/s"),
         charts.band_chart([], "rows/s"),
+        charts.band_chart(throughput["band"], "rows/s", crashed_at=T0 + 30),
         charts.timeline_chart(timeline),
+        charts.timeline_chart(timeline, by_step=True),
     ]
     for spec in specs:
         assert spec.to_dict()["$schema"].startswith("https://vega.github.io/schema/vega-lite/")

@@ -5,7 +5,7 @@ crashed and 1,024-rank runs. One collector + Streamlit server and one browser fo
   W = 8 stretch and a resume; rank 3 waits for data.
 - `ckpt-crash`: a real one-rank training job (`tests/dash_job.py`) that saves a checkpoint
   through `loader.checkpoint.save` and is then SIGKILLed.
-- `finished-run`: synthetic, every rank sent `closed` after its last epoch.
+- `finished-run`: a real one-rank job that states `total_epochs=1`, reads it and exits.
 - `big-run`: synthetic, 1,024 ranks over 4,096 splits.
 Screenshots land in `tests/artifacts/` (git-ignored).
 """
@@ -86,11 +86,19 @@ class LiveRanks:
             client.close()
 
 
+def _odd(event: dict[str, Any]) -> dict[str, Any]:
+    """Markdown where a user's strings go: the host and a checkpoint's path."""
+    if event["kind"] == "checkpoint_saved":
+        event["data"]["path"] = "![path](pixel.png)"
+    return event | {"host": "![host](pixel.png)"}
+
+
 @dataclass
 class Live:
     ui_url: str
     api_url: str
     job: subprocess.Popen[bytes]
+    finishing: subprocess.Popen[bytes]
     job_dir: Path
 
     def url(self, page: str, run: str) -> str:
@@ -102,24 +110,28 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("browser")
     with start_dashboard(port=0, ui_port=0, db=str(tmp / "d.db")) as handle:
         api = handle.api_url
-        job = subprocess.Popen(
-            [sys.executable, "-m", "tests.dash_job", str(tmp), api, "ckpt-crash"],
-            cwd=Path(__file__).parent.parent,
+        job, done = (
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.dash_job", mode, str(tmp), api, run_id],
+                cwd=Path(__file__).parent.parent,
+            )
+            for mode, run_id in (("crash", "ckpt-crash"), ("finish", "finished-run"))
         )
         now = time.time()
         before = SyntheticRun(RUN, 8, S, PER_SPLIT, 40, now - 60, checkpoint_every=20)
         resume = SyntheticRun(RUN, W, S, PER_SPLIT, 0, now - 15, world_size_before=8)
-        finished = SyntheticRun("finished-run", 4, S, 2000, 8, now - 40, closed=True)
-        odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100)
-        for run in (before, resume, finished, odd):
+        for run in (before, resume):
             post_events(api, synthetic_events(run))
+        odd = SyntheticRun(ODD_RUN, 2, 4, 100, 2, now - 100, checkpoint_every=1)
+        post_events(api, (_odd(e) for e in synthetic_events(odd)))
         ranks = LiveRanks(api)
         try:
-            yield Live(handle.ui_url or "", api, job, tmp)
+            yield Live(handle.ui_url or "", api, job, done, tmp)
         finally:
             ranks.stop()
-            job.kill()
-            job.wait(10)
+            for proc in (job, done):
+                proc.kill()
+                proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -130,21 +142,8 @@ def page(live: Live) -> Iterator[Page]:
         browser.close()
 
 
-def _between_renders(page: Page) -> str:
-    """The main area's text when two reads 150 ms apart agree: not mid-way through a live
-    fragment's re-render, where new and old elements stand side by side."""
-    main = page.get_by_test_id("stMain")
-    return wait_until(
-        lambda: (
-            (a := main.inner_text()) == (page.wait_for_timeout(150), main.inner_text())[1] and a
-        ),
-        30,
-        "a page between two renders",
-    )
-
-
 def _shot(page: Page, name: str) -> None:
-    page.wait_for_timeout(800)  # let Vega finish drawing before the picture
+    page.wait_for_timeout(1500)  # let Vega finish drawing before the picture
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
@@ -156,11 +155,12 @@ def test_a_link_opens_its_run_and_page_and_the_headline_is_the_bars(live: Live, 
     bar = page.get_by_text(re.compile(r"^rank 3: \d+\.\d% · step [\d,]+$"))
     expect(bar).to_be_visible(timeout=30_000)
     expect(page.get_by_text("epoch 2 of 3").first).to_be_visible()
-    text = _between_renders(page)
+    text = page.get_by_test_id("stHtml").inner_text()  # headline and bars: one element
     headline = float(re.search(r"epoch read\s+([\d.]+)%", text).group(1))  # type: ignore[union-attr]
     bars = [float(p) for p in re.findall(r"rank \d: ([\d.]+)% · step", text)]
     assert len(bars) == W and abs(headline - sum(bars) / W) <= 0.1
     assert "run=live-run" in page.url
+    _shot(page, "dashboard-progress.png")
 
 
 def test_placement_marks_every_rank_before_and_after(live: Live, page: Page) -> None:
@@ -182,12 +182,16 @@ def test_throughput_names_the_rank_waiting_for_data(live: Live, page: Page) -> N
     expect(page.get_by_text("Data wait: input-bound on rank 3.")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("Stragglers: rank 3")).to_be_visible()
     expect(page.get_by_test_id("stTable").first).not_to_contain_text("stall_frac")
+    _shot(page, "dashboard-throughput.png")
 
 
-def test_finished_run_reads_finished(live: Live, page: Page) -> None:
+def test_a_job_that_ends_reads_finished(live: Live, page: Page) -> None:
+    assert live.finishing.wait(120) == 0  # a real one-rank job read its one epoch and exited
     page.goto(live.url("progress", "finished-run"))
-    expect(page.get_by_text("Finished: all 4 ranks closed")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Finished: the rank closed")).to_be_visible(timeout=30_000)
     expect(page.get_by_test_id("stMetricValue").filter(has_text="done").first).to_be_visible()
+    expect(page.get_by_test_id("stMetricValue").filter(has_text="1 of 1")).to_be_visible()
+    expect(page.get_by_text("job: epoch 1 of 1 · 100.0%")).to_be_visible()
 
 
 def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(
@@ -207,7 +211,13 @@ def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(
     seen_after = time.monotonic() - killed
     assert seen_after < 20, f"crash shown {seen_after:.1f} s after the kill"
     expect(page.get_by_text("crashed: every rank stopped reporting after step 10")).to_be_visible()
+    page.get_by_test_id("stRadio").get_by_text("global step").click()  # the step axis
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=10_000)
+    expect(page.get_by_test_id("stException")).to_have_count(0)
     _shot(page, "dashboard-crashed.png")
+    page.get_by_test_id("stSidebarNav").get_by_text("Throughput", exact=True).click()
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(2, timeout=30_000)
+    expect(page.get_by_test_id("stException")).to_have_count(0)
 
 
 def _ready_after(page: Page, action: Callable[[], Any], charts: int, text: str) -> float:
@@ -221,7 +231,9 @@ def _ready_after(page: Page, action: Callable[[], Any], charts: int, text: str) 
 
 def test_1024_ranks_render_within_the_budget(live: Live, page: Page) -> None:
     # Its last reports a few seconds ahead: still running when the picture is taken.
-    big = SyntheticRun("big-run", 1024, 4096, 1000, 20, time.time() - 17, slow_rank=17)
+    big = SyntheticRun(
+        "big-run", 1024, 4096, 1000, 20, time.time() - 17, slow_rank=17, checkpoint_every=10
+    )
     post_events(live.api_url, synthetic_events(big))
     page.goto(live.url("", "big-run"))
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=60_000)
@@ -254,6 +266,9 @@ def test_a_run_id_is_text_not_markdown(live: Live, page: Page) -> None:
     )
     page.goto(live.url("", ODD_RUN))
     expect(page.get_by_text(ODD_RUN).first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("![host](pixel.png)").first).to_be_visible(timeout=30_000)
+    page.goto(live.url("timeline", ODD_RUN))
+    expect(page.get_by_text("![path](pixel.png)").first).to_be_visible(timeout=30_000)
     page.goto(live.url("", "no-such-run"))
     expect(page.get_by_text("Run “no-such-run” is not on this collector")).to_be_visible(
         timeout=30_000

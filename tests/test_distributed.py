@@ -14,7 +14,7 @@ import orjson
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
-from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, run_rank
+from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, report_picked_seed, run_rank
 from tests.tables import lancedb_table
 
 
@@ -82,3 +82,13 @@ def test_save_on_4_resume_on_2_then_1(tmp_path: Path) -> None:
     rows = [i for batch in got for i in batch]
     assert sorted(rows) == list(range(600)), "every row exactly once across two cuts"
     assert third[0]["state"]["epoch"] == 1 and set(third[0]["state"]["cursors"]) == {0}
+
+
+def test_a_picked_seed_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
+    """shuffle_seed=None: each rank would pick its own seed; they must share rank 0's."""
+    mp.start_processes(
+        report_picked_seed, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
+    ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
+    assert ranks[0]["seed"] == ranks[1]["seed"]
+    assert not set(ranks[0]["first"]) & set(ranks[1]["first"]), "one plan, disjoint splits"

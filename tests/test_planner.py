@@ -96,10 +96,8 @@ def test_a_world_size_that_divides_s_but_not_g_does_not_fit(
 _PAGE = """
 import sys
 from streamlit.testing.v1 import AppTest
-from dashboard.ui import FRAMED
 
 page = AppTest.from_file(sys.argv[1], default_timeout=120)
-page.session_state[FRAMED] = True
 page.run()
 page.text_input[0].set_value("4 8 12").run()
 page.number_input[1].set_value(48).run()  # S
@@ -112,7 +110,7 @@ print(sorted({"torch", "numba"} & set(sys.modules)))
 
 
 def test_the_dashboard_planner_page_shows_the_same_answer_without_torch() -> None:
-    page = Path(__file__).parents[1] / "dashboard" / "pages" / "planner.py"
+    page = Path(__file__).parents[1] / "dashboard" / "screens" / "planner.py"
     done = subprocess.run(
         [sys.executable, "-c", _PAGE, str(page)],
         capture_output=True,

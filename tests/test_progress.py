@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
 from tests.tables import make_rows
@@ -106,3 +107,31 @@ def test_the_dataset_and_its_loader_share_one_position(lance_rows: Any) -> None:
     rest = [i for b in ids(dl) for i in b]
     assert sorted([r["id"] for r in rows] + rest) == list(range(600))
     assert ds.epoch == 1 and dl.state_dict()["cursors"] == [0, 0, 0, 0]
+
+
+def test_shuffle_seed_none_picks_a_seed_that_the_state_carries(arrow_rows: Any) -> None:
+    """LanceDB documents shuffle_seed=None as "pick a random seed": picked once, saved, and
+    adopted by a resume (also built with None), so the resume reads the rest exactly."""
+    picked = StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=None)
+    other = StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=None)
+    assert 0 <= picked.shuffle_seed < 2**63 and picked.shuffle_seed != other.shuffle_seed
+    dl = StreamingDataLoader(picked, batch_size=50)
+    head = ids(itertools.islice(dl, 4))
+    state = dl.state_dict()
+    assert state["plan"]["shuffle_seed"] == picked.shuffle_seed
+    rest = ids(dl)
+    resumed = StreamingDataLoader(other, batch_size=50)
+    resumed.load_state_dict(state)
+    assert other.shuffle_seed == picked.shuffle_seed
+    assert ids(resumed) == rest
+    assert sorted(i for b in head + rest for i in b) == list(range(600))
+    fixed = StreamingDataLoader(StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=1))
+    with pytest.raises(ValueError, match=r"plan\.shuffle_seed="):
+        fixed.load_state_dict(state)
+
+
+def test_shuffle_seed_none_without_torch_distributed_on_several_ranks_is_refused(
+    arrow_rows: Any,
+) -> None:
+    with pytest.raises(ValueError, match="shuffle_seed=None picks a seed on rank 0"):
+        StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=None, rank=1, world_size=2)

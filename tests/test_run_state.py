@@ -6,6 +6,8 @@ clock decides, as in production (stalled after 5 send intervals, crashed after 1
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +16,12 @@ from typing import Any
 import orjson
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dashboard.collector.config import Settings
 from dashboard.collector.main import create_app
-from dashboard.collector.views import gpu_labels
+from dashboard.collector.views import _band, _segments, gpu_labels
 from dashboard.synthetic import SyntheticRun, synthetic_events
 from tests.test_collector import LOCAL
 
@@ -66,6 +70,8 @@ def test_states_from_heartbeats(client: TestClient) -> None:
     last_step = 20 * 2000 // 32
     labels = [i["label"] for i in _get(client, "crashed", "timeline")["data"]]
     assert f"crashed: every rank stopped reporting after step {last_step:,}" in labels
+    assert _get(client, "crashed", "throughput")["crashed_at"] == pytest.approx(now - 40, abs=1)
+    assert _get(client, "live", "throughput")["crashed_at"] is None
     placement = _get(client, "crashed", "placement")
     assert {r["state"] for r in placement["current"]["ranks"]} == {"crashed"}
 
@@ -105,3 +111,58 @@ def test_gpu_column_under_a_launcher_without_local_rank() -> None:
     assert gpu_labels(ranks) == {0: 0, 1: 1, 2: 2, 3: 0, 4: 1}
     torchrun = [{"rank": r, "host": "a", "local_rank": 3 - r} for r in range(4)]
     assert gpu_labels(torchrun) == {0: 3, 1: 2, 2: 1, 3: 0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 7), st.floats(0, 1e6), st.floats(0, 1)),
+        min_size=1,
+        max_size=120,
+    ),
+    st.sampled_from([1, 3, 10]),
+)
+def test_band_is_min_median_max_per_bucket_and_breaks_at_gaps(
+    samples: list[tuple[int, int, float, float]], bucket: int
+) -> None:
+    rows = [(rank, t * bucket, rows, 0, wait, 1.0) for t, rank, rows, wait in samples]
+    band = _segments(_band(rows), bucket)
+    by_t: dict[float, list[float]] = {}
+    for _, t, done, _, _, _ in rows:
+        by_t.setdefault(float(t), []).append(done)
+    assert [p["t"] for p in band] == sorted(by_t)
+    for point in band:
+        rates = by_t[point["t"]]
+        assert point["ranks"] == len(rates)
+        assert (point["min"], point["max"]) == (min(rates), max(rates))
+        assert point["median"] == pytest.approx(statistics.median(rates))
+    for before, after in itertools.pairwise(band):
+        gap = after["t"] - before["t"] > bucket
+        assert after["segment"] == before["segment"] + gap
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.data())
+def test_the_headline_is_the_bars(
+    tmp_path_factory: pytest.TempPathFactory, world: int, data: st.DataObject
+) -> None:
+    per_split, num_splits, now = 100, 8, time.time()
+    events = []
+    for rank in range(world):
+        lo, hi = rank * num_splits // world, (rank + 1) * num_splits // world
+        cursors = data.draw(st.lists(st.integers(0, per_split), min_size=hi - lo, max_size=hi - lo))
+        epoch = data.draw(st.integers(0, 3))
+        events.append(
+            {"run_id": "h", "kind": "progress", "ts": now, "rank": rank, "world_size": world}
+            | {"num_splits": num_splits, "rows_per_split": per_split, "epoch": epoch}
+            | {"splits": [lo, hi], "cursors": cursors, "interval_s": 1.0}
+        )
+    db = tmp_path_factory.mktemp("headline") / "h.db"
+    with TestClient(create_app(Settings(db=str(db))), base_url=LOCAL) as client:
+        body = orjson.dumps({"events": events})
+        headers = {"Content-Type": "application/json"}
+        assert client.post("/api/events", content=body, headers=headers).status_code == 202
+        progress = _get(client, "h", "progress")
+    bars = [r["pct"] for r in progress["ranks"]]
+    assert progress["epoch_pct"] == pytest.approx(statistics.fmean(bars))  # equal shares
+    assert progress["rows_done"] == sum(sum(e["cursors"]) for e in events)

@@ -309,6 +309,7 @@ class StragglerPublic(BaseModel):
 
 class ThroughputPublic(BaseModel):
     run_id: str
+    crashed_at: float | None  # the last report of the crashed ranks, if the run crashed
     bucket_s: float
     band: list[BandPointPublic]
     count: int

@@ -58,15 +58,21 @@ def run_status(
     now = time.time()
     if ranks is None:
         ranks = store.heartbeats(run["run_id"], run["world_size"])
-    closed = store.closed_ranks(run["run_id"], run["world_size"])
+    # a `closed` that counts is at most 2 intervals (≤ 120 s) older than the rank's last report
+    since = min((r["ts"] for r in ranks), default=run["last_ts"]) - 120
+    closed = store.closed_ranks(run["run_id"], run["world_size"], since)
     states = []
+    counts = dict.fromkeys(WORST_FIRST, 0)
     for r in ranks:
         state = rank_state(r, closed.get(r["rank"]), now)
-        states.append({"rank": r["rank"], "state": state, "silent_s": max(0.0, now - r["ts"])})
+        counts[state] += 1
         # clients older than the global step send the epoch's step only
-        step = r.get("global_step") if r.get("global_step") is not None else r.get("step")
-        states[-1].update(last_ts=r["ts"], global_step=step)
-    counts = {s: sum(1 for r in states if r["state"] == s) for s in WORST_FIRST}
+        step = r["global_step"] if r.get("global_step") is not None else r.get("step")
+        silent = now - r["ts"]
+        states.append(
+            {"rank": r["rank"], "state": state, "silent_s": silent if silent > 0 else 0.0,
+             "last_ts": r["ts"], "global_step": step}
+        )  # fmt: skip
     if not states:
         state = "starting"
     elif counts["closed"] == len(states):
@@ -116,8 +122,9 @@ def headline(
         )
         verb = "stopped reporting without closing" if state == "crashed" else "not reporting"
         return f"{state.capitalize()}: {who} {verb}, silent for {silent:,.0f} s"
+    every = "the rank" if len(ranks) == 1 else f"all {len(ranks):,} ranks"
     if state == "finished":
-        return f"Finished: all {len(ranks)} ranks closed"
+        return f"Finished: {every} closed"
     if state == "stopped":
-        return f"Stopped: all {len(ranks)} ranks closed before the job's stated end"
+        return f"Stopped: {every} closed before the job's stated end"
     return f"Running: {counts['running']:,} of {world_size:,} ranks reporting"

@@ -363,12 +363,14 @@ class Store:
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
 
-    def closed_ranks(self, run_id: str, world_size: int) -> dict[int, float]:
-        """Rank → time of its latest `closed` event (sent by `close()` and at exit)."""
+    def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, float]:
+        """Rank → time of its latest `closed` event (sent by `close()` and at exit) at or
+        after `since` (the events index makes that a short range, not the run's events)."""
         rows = self.query(
-            "SELECT rank, max(ts) AS ts FROM events WHERE run_id = ? AND world_size = ? "
-            "AND kind = ? GROUP BY rank",
+            "SELECT rank, max(ts) AS ts FROM events WHERE run_id = ? AND ts >= ? "
+            "AND world_size = ? AND kind = ? GROUP BY rank",
             run_id,
+            since,
             world_size,
             CLOSED,
         )
@@ -402,7 +404,7 @@ class Store:
         of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
         rows = self.query(
             "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
-            "data, count(*) AS ranks FROM events WHERE run_id = ? AND kind != ? "
+            "data, count(DISTINCT rank) AS ranks FROM events WHERE run_id = ? AND kind != ? "
             "GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
             run_id,
             CLOSED,

@@ -21,7 +21,7 @@ from loader.layout import supported_world_sizes
 MAX_POINTS = 2000
 STRAGGLER_WINDOW_S = 30.0
 SAMPLE_BUDGET = 40_000  # per-second sample rows one throughput query may group
-SETTLED_S = 60.0  # buckets this much older than the last report are final (and cached)
+SETTLED_S = 30.0  # buckets this much older than the last report are final (and cached)
 _SETTLED: dict[tuple[Any, ...], dict[str, Any]] = {}
 SLOWEST = 5
 INPUT_BOUND = 0.10  # a loop that waits for data this share of its step time is input-bound
@@ -173,7 +173,7 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
     line is drawn across an outage. Buckets grow to the 10 s rollup when the window's
     per-second samples would exceed `SAMPLE_BUDGET` rows, and buckets older than
     `SETTLED_S` are computed once and kept (`_settled`): each refresh reads only the last
-    minute, which keeps the query under 50 ms at 1,024 ranks.
+    half minute, which keeps the query under 50 ms at 1,024 ranks.
     """
     since = run["last_ts"] - window_s
     bucket = _bucket_s(window_s, points)
@@ -184,8 +184,11 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
     band = {p["t"]: p for p in _band(store.series(run["run_id"], fresh_from, bucket))}
     points_in = sorted({**settled, **band}.items())
     recent = _recent(store, run)
+    status = run_status(store, run)
+    silent = [r["last_ts"] for r in status["ranks"] if r["state"] == "crashed"]
     return {
         "run_id": run["run_id"],
+        "crashed_at": max(silent) if silent else None,
         "bucket_s": float(bucket),
         "band": _segments([p for _, p in points_in], bucket),
         "count": len(points_in),
@@ -345,5 +348,6 @@ def _label(kind: str, epoch: int | None, step: int | None, world: int, before: i
     if kind == "checkpoint_saved":
         return f"checkpoint saved (W {world}){at}"
     if kind == "epoch_end":
-        return f"epoch {epoch} ended{at}" if epoch is not None else f"epoch ended{at}"
+        # counted from 1 on the pages, as in "epoch 3 of 3" (the loader's epoch 0 is epoch 1)
+        return f"epoch {epoch + 1} ended{at}" if epoch is not None else f"epoch ended{at}"
     return f"{kind.replace('_', ' ')}{at}"

@@ -26,7 +26,7 @@ def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
                 "rank": f"rank {r['rank']}",
                 "state": r["state"],
                 "last seen": ui.ago(r["silent_s"]),
-                "host": r["host"],
+                "host": ui.plain(r["host"]),  # st.table renders Markdown
                 "GPU": r["gpu"],
                 "workers": r["num_workers"],
                 "splits": f"{lo}–{hi - 1}" if hi > lo else "—",

@@ -1,4 +1,9 @@
-"""Progress: the job (epoch x of N, ETA), the epoch (cursors per split), every rank's share."""
+"""Progress: the job (epoch x of N, ETA), the epoch (cursors per split), every rank's share.
+
+The headline ("epoch read") and the per-rank bars are drawn as one HTML element: Streamlit
+replaces a fragment's elements one by one, and with short epochs a headline of the new
+refresh beside bars of the old one read as a contradiction (0.0 % against 34.8 %).
+"""
 
 from __future__ import annotations
 
@@ -10,30 +15,50 @@ import streamlit as st
 from dashboard import charts, ui
 
 BARS_UP_TO = 32  # ranks drawn as bars; beyond, a heatmap and the ranks furthest behind
+TRACK = "background:#e8eaed;height:8px;border-radius:4px;margin:2px 0 10px 0"
 
 
-def _headline(progress: dict[str, Any]) -> None:
+def _metrics(progress: dict[str, Any]) -> None:
     job = progress["job"]
-    state, epoch, pct, rate, eta, job_eta = st.columns(6)
+    state, epoch, rate, eta, job_eta = st.columns(5)
     state.metric("state", progress["state"])
-    epoch_label = job["label"] or (
-        f"epoch {progress['epoch']}" if progress["epoch"] is not None else "—"
+    position = job["label"] or (
+        f"epoch {progress['epoch'] + 1}" if progress["epoch"] is not None else "epoch —"
     )
-    epoch.metric("position", epoch_label)
-    pct.metric("epoch read", f"{progress['epoch_pct']:.1f}%")
+    unit, _, where = position.partition(" ")  # "epoch", "2 of 3": fits a metric's width
+    epoch.metric(unit, where)
     rate.metric("rows/s (running ranks)", f"{progress['rows_per_s']:,.0f}")
-    eta.metric(
-        "epoch ETA", "done" if progress["state"] == "finished" else ui.duration(progress["eta_s"])
-    )
+    finished = progress["state"] == "finished"
+    eta.metric("epoch ETA", "done" if finished else ui.duration(progress["eta_s"]))
     job_eta.metric("job ETA", "done" if job["eta_s"] == 0 else ui.duration(job["eta_s"]))
+
+
+def _bar(text: str, pct: float, colour: str, strong: bool = False) -> str:
+    width = max(0.0, min(100.0, pct))
+    label = f"<b>{text}</b>" if strong else text
+    fill = f"width:{width:.1f}%;background:{colour};height:8px;border-radius:4px"
+    return f'<div>{label}</div><div style="{TRACK}"><div style="{fill}"></div></div>'
+
+
+def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
+    """The headline, the job's bar and (if `per_rank`) every rank's bar, in one element.
+    Only numbers and fixed words: no user text goes into this HTML."""
     step = progress["global_step"]
     step_text = f" · global step {step:,}" if step is not None else ""
-    st.progress(
-        min(1.0, progress["epoch_pct"] / 100),
-        text=f"{progress['rows_done']:,} rows read by the ranks' bars below{step_text}",
-    )
+    owned = sum(r["rows_total"] for r in progress["ranks"])
+    head = f"epoch read {progress['epoch_pct']:.1f}% · {progress['rows_done']:,} of "
+    head += f"{owned:,} rows the reporting ranks own{step_text}"
+    parts = [_bar(head, progress["epoch_pct"], "#1565c0", strong=True)]
+    job = progress["job"]
     if job["pct"] is not None:
-        st.progress(min(1.0, job["pct"] / 100), text=f"job: {job['label']} · {job['pct']:.1f}%")
+        parts.append(_bar(f"job: {job['label']} · {job['pct']:.1f}%", job["pct"], "#6a1b9a"))
+    for r in progress["ranks"] if per_rank else ():
+        shown = r["global_step"] if r["global_step"] is not None else r["step"]
+        text = f"rank {r['rank']}: {r['pct']:.1f}% · step {shown or 0:,}"
+        if r["state"] != "running":
+            text += f" · {r['state']}"
+        parts.append(_bar(text, r["pct"], charts.STATE_COLOURS.get(r["state"], "#9e9e9e")))
+    return "<div>" + "".join(parts) + "</div>"
 
 
 def _behind(ranks: list[dict[str, Any]]) -> pd.DataFrame:
@@ -54,23 +79,18 @@ def live() -> None:
     progress = ui.fetch("progress", run_id) if run_id else None
     if progress is None:
         return
-    _headline(progress)
+    _metrics(progress)
     ranks = progress["ranks"]
+    few = len(ranks) <= BARS_UP_TO
+    st.html(bars_html(progress, per_rank=few))
     grid, side = st.columns([3, 2])
     ui.show(charts.progress_grid(progress), grid, fit=False)
-    if len(ranks) > BARS_UP_TO:
+    if not few:
         ui.show(charts.rank_heatmap(ranks), side, fit=False)
         st.subheader("Ranks furthest behind")
         st.table(ui.paged(_behind(ranks), "progress-page"))
-        return
-    if ranks:
+    elif ranks:
         ui.show(charts.rank_bars(ranks), side)
-    for r in ranks:
-        step = r["global_step"] if r["global_step"] is not None else r["step"]
-        st.progress(
-            min(1.0, r["pct"] / 100),
-            text=f"rank {r['rank']}: {r['pct']:.1f}% · step {step or 0:,}",
-        )
 
 
 st.header("Progress")

@@ -42,7 +42,7 @@ def live(window_s: int) -> None:
     if data is None:
         return
     _verdict(data)
-    ui.show(charts.band_chart(data["band"], "rows/s per rank"))
+    ui.show(charts.band_chart(data["band"], "rows/s per rank", data["crashed_at"]))
     ui.show(charts.wait_chart(data["band"]))
     slowest = [
         {
@@ -60,4 +60,4 @@ def live(window_s: int) -> None:
 
 st.header("Throughput")
 choice = st.radio("window", list(WINDOWS), horizontal=True, label_visibility="collapsed")
-live(WINDOWS[choice])
+live(WINDOWS[choice or next(iter(WINDOWS))])

@@ -10,7 +10,7 @@ from dashboard import charts, ui
 
 
 @st.fragment(run_every=ui.REFRESH)
-def live() -> None:
+def live(by_step: bool) -> None:
     run_id = ui.selected_run()
     items = ui.fetch("timeline", run_id) if run_id else None
     if items is None:
@@ -18,13 +18,13 @@ def live() -> None:
     if not items:
         st.caption("No checkpoint, resume or epoch end yet.")
         return
-    ui.show(charts.timeline_chart(items))
+    ui.show(charts.timeline_chart(items, by_step))
     frame = pd.DataFrame(
         {
             "time (UTC)": [ui.clock(i["ts"]) for i in items],
             "event": [i["label"] for i in items],
             "global step": [f"{i['step']:,}" if i["step"] is not None else "—" for i in items],
-            "checkpoint": [i["path"] or "—" for i in items],
+            "checkpoint": [ui.plain(i["path"]) if i["path"] else "—" for i in items],
             "ranks": [i["ranks"] or "—" for i in items],
         }
     )
@@ -32,4 +32,5 @@ def live() -> None:
 
 
 st.header("Timeline")
-live()
+axis = st.radio("axis", ["time", "global step"], horizontal=True, label_visibility="collapsed")
+live(axis == "global step")

@@ -12,15 +12,11 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from loader import storage as object_store
 from loader.sources.base import SourceUnreachableError
+from loader.storage import redact, s3_filesystem_args
 
-# Option values that are safe to print; every other value is treated as a secret.
-PUBLIC_OPTIONS = frozenset(
-    {"endpoint", "aws_endpoint", "region", "aws_region", "allow_http", "aws_allow_http"}
-)
-_CLOUD_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
-_SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL")
+__all__ = ["normalise_uri", "pyarrow_filesystem", "redact", "unreachable"]
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -60,29 +56,6 @@ def merge_options(
     """The table's own options, with each explicitly passed option winning."""
     merged = {**(found or {}), **(explicit or {})}
     return merged or None
-
-
-def _secret_environment() -> dict[str, str]:
-    """Credentials the object-store clients read from the environment (AWS_*, AZURE_*, ...)."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if name.startswith(_CLOUD_PREFIXES) and any(w in name for w in _SECRET_WORDS)
-    }
-
-
-def redact(text: str, options: dict[str, str] | None) -> str:
-    """`text` with every secret value (of the options or the environment) replaced by '***'.
-
-    Wider than `loader.storage.redact` (AWS credentials): any option that is not known to be
-    public, and Azure/Google credentials in the environment, since Lance accepts those too.
-    """
-    text = object_store.redact(text, options)
-    secrets = {k: v for k, v in (options or {}).items() if k not in PUBLIC_OPTIONS}
-    for value in (*secrets.values(), *_secret_environment().values()):
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
 
 
 def describe_options(options: dict[str, str] | None) -> str:
@@ -137,4 +110,4 @@ def pyarrow_filesystem(uri: str, options: dict[str, str] | None) -> tuple[Any, s
     if scheme not in ("s3", "s3a"):
         filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://
         return filesystem, path
-    return object_store.s3_filesystem(options), rest.rstrip("/")
+    return fs.S3FileSystem(**s3_filesystem_args(options)), rest.rstrip("/")
