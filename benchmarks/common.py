@@ -43,6 +43,8 @@ class Case:
         max_rows: stop after this many rows on this rank (the epoch may be longer).
         max_seconds: or after this long, whichever comes first.
         resume_at: for the resume readers, where in the epoch the checkpoint is taken.
+        reads_in_flight: ours' knob (None: its default); raw S3 readers use the same count.
+        delay_ms: S3 readers: delay the proxy adds to every request.
     """
 
     loader: str
@@ -55,6 +57,8 @@ class Case:
     max_rows: int = 1 << 20
     max_seconds: float = 4.0
     resume_at: float = 0.9
+    reads_in_flight: int | None = None  # ours: None is the loader's default
+    delay_ms: float = 0.0  # object-store readers: injected delay per request
 
 
 @dataclasses.dataclass
@@ -194,5 +198,6 @@ def env_threads() -> dict[str, str]:
     """Environment for measured processes: Numba's workqueue layer (fork-safe)."""
     env = dict(os.environ)
     env.setdefault("NUMBA_THREADING_LAYER", "workqueue")
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE / "stubs"), str(HERE)])
+    # the repository root first: this checkout's `loader` (and tests' S3 helpers) win
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE / "stubs"), str(HERE)])
     return env

@@ -35,6 +35,7 @@ from common import (
     lance_path,
     rank_slice,
 )
+from s3_readers import ours_s3, raw_take_s3
 
 SEED = 0
 SPAWN = "forkserver"  # lancedb.streaming segfaults in forked workers (environment notes)
@@ -56,6 +57,14 @@ def _torch_kwargs(case: Case, context: str | None = None) -> dict[str, Any]:
 
 
 # -- ours -------------------------------------------------------------------------------
+
+
+def _ours_kwargs(case: Case) -> dict[str, Any]:
+    """The torch arguments, and ours' reads in flight when the case sets them."""
+    kw = _torch_kwargs(case)
+    if case.reads_in_flight is not None:
+        kw["reads_in_flight"] = case.reads_in_flight
+    return kw
 
 
 def _ours_dataset(case: Case) -> Any:
@@ -82,7 +91,7 @@ def ours(case: Case) -> Result:
     from loader import StreamingDataLoader
 
     def make() -> Any:
-        return StreamingDataLoader(_ours_dataset(case), **_torch_kwargs(case))
+        return StreamingDataLoader(_ours_dataset(case), **_ours_kwargs(case))
 
     return drain(make, _dict_rows, case)
 
@@ -109,7 +118,7 @@ def ours_resume(case: Case) -> Result:
 
     from loader import StreamingDataLoader
 
-    kw = _torch_kwargs(case)
+    kw = _ours_kwargs(case)
     next(iter(StreamingDataLoader(_ours_dataset(case), **kw)))  # warm-up, not timed
     t0 = time.perf_counter()
     dl = StreamingDataLoader(_ours_dataset(case), **kw)
@@ -395,4 +404,6 @@ READERS: dict[str, Callable[[Case], Result]] = {
     "mosaic": mosaic,
     "mosaic_resume": mosaic_resume,
     "lance_torch": lance_torch,
+    "ours_s3": ours_s3,
+    "raw_take_s3": raw_take_s3,
 }

@@ -115,3 +115,26 @@ def load_test_set(spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:
 def default_spec(root: Path) -> TableSpec:
     """The synthetic tables under ``<repo>/data/`` (git-ignored)."""
     return TableSpec(uri=str(root / "data" / "har.lancedb"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the synthetic tables somewhere (a folder or ``s3://…``), e.g. for a multi-node job."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--db", required=True, help="LanceDB URI, e.g. s3://bucket/har.lancedb")
+    p.add_argument("--rows", default=f"{TRAIN_ROWS},{TEST_ROWS}", help="TRAIN,TEST row counts")
+    p.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE",
+        help="LanceDB storage option (repeat), e.g. endpoint=http://127.0.0.1:9000",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    train, test = (int(n) for n in args.rows.split(","))
+    options = tuple(tuple(o.split("=", 1)) for o in args.storage_option)
+    written = ensure_synthetic(TableSpec(args.db, storage_options=options), train, test)  # type: ignore[arg-type]
+    print(f"{args.db}: {'written' if written else 'already there'} ({train} + {test} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

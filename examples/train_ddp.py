@@ -20,13 +20,19 @@ Why the runs at W = 1, 2, 4 end with the same weights:
 Checkpoints (``--checkpoint-every k``) hold the model, the optimizer, the loader state
 (``loader.checkpoint``, per split so any W can resume it) and a ledger of which rows
 trained the model in each epoch, so a resumed run can show every row was used once.
+``--checkpoint-dir`` is a local folder or an object-store prefix (``s3://bucket/ckpt``,
+reached with the same ``--storage-option``s as the table): ``model-step-K.pt`` first,
+then ``loader-step-K.json``, whose presence marks the checkpoint complete.
 ``--crash-at-step K --crash-rank R`` makes rank R SIGKILL itself after step K: a real
 crash at a known place, not a race between a timer and the training loop.
+``--stall-at-step K`` makes rank R stop (SIGSTOP) there instead: a frozen node, which a
+test then kills whole (its torchrun agent and every rank).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -56,7 +62,8 @@ from progress import ProgressBar
 from row_ledger import RowLedger
 from torch.nn.parallel import DistributedDataParallel
 
-from loader import StreamingDataLoader, StreamingDataset
+from loader import StreamingDataLoader, StreamingDataset, checkpoint_io
+from loader.checkpoint import latest as latest_loader_state
 from loader.checkpoint import load as load_loader_state
 from loader.checkpoint import save as save_loader_state
 
@@ -84,6 +91,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: bool = False
     crash_at_step: int | None = None
+    stall_at_step: int | None = None
     crash_rank: int = 0
     out: str | None = None
     run_id: str | None = None
@@ -94,6 +102,11 @@ class TrainConfig:
     @property
     def tables(self) -> TableSpec:
         return TableSpec(self.db, self.train_table, self.test_table, self.storage_options)
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        """Storage options for the table and for checkpoints on object storage."""
+        return dict(self.storage_options) or None
 
 
 def build_model() -> torch.nn.Module:
@@ -122,17 +135,30 @@ def pick_device(local_rank: int, world_size: int) -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
-def latest_checkpoint(directory: Path) -> Path | None:
-    """The newest ``step-*`` folder whose loader state exists: that file is written last."""
-    done = [p for p in directory.glob("step-*") if (p / "loader.json").exists()]
-    done.sort(key=lambda p: int(p.name.removeprefix("step-")))
-    return done[-1] if done else None
+def _join(where: str, name: str) -> str:
+    """A file in a local folder or under an object-store prefix."""
+    return where.rstrip("/") + "/" + name
 
 
-def save_checkpoint(directory: Path, step: int, epoch: int, model, optimizer, dl, ledger) -> None:
-    """Rank 0 writes model, optimizer and ledger, then the loader state (the commit mark)."""
-    folder = directory / f"step-{step:06d}"
-    folder.mkdir(parents=True, exist_ok=True)
+def model_file_of(loader_file: str) -> str:
+    """``…/loader-step-K.json`` → ``…/model-step-K.pt`` (written just before it)."""
+    head, _, name = str(loader_file).rpartition("/")
+    return _join(head, name.replace("loader-step-", "model-step-").removesuffix(".json") + ".pt")
+
+
+def latest_checkpoint(where: str | Path, options: dict[str, str] | None = None) -> str | None:
+    """The newest complete checkpoint: its loader state, written after the model file."""
+    found = latest_loader_state(str(where), storage_options=options)
+    return None if found is None else str(found)
+
+
+def save_checkpoint(
+    where: str, step: int, epoch: int, model, optimizer, dl, ledger, options=None
+) -> str:
+    """Rank 0 writes model, optimizer and ledger, then the loader state (the commit mark).
+
+    Each is one atomic write (a renamed temporary file, or one object), locally or on S3.
+    """
     blob = {
         "step": step,
         "epoch": epoch,
@@ -140,17 +166,24 @@ def save_checkpoint(directory: Path, step: int, epoch: int, model, optimizer, dl
         "optimizer": optimizer.state_dict(),
         "rows_seen": ledger.committed,
     }
-    tmp = folder / "model.pt.tmp"
-    torch.save(blob, tmp)
-    os.replace(tmp, folder / "model.pt")
-    save_loader_state(dl.state_dict(), folder / "loader.json")
+    buffer = io.BytesIO()
+    torch.save(blob, buffer)
+    state_file = _join(where, f"loader-step-{step:06d}.json")
+    model_file = checkpoint_io.location(model_file_of(state_file))
+    checkpoint_io.write(model_file, buffer.getvalue(), options)
+    return str(save_loader_state(dl.state_dict(), state_file, storage_options=options))
 
 
-def agreed_checkpoint(directory: Path, rank: int) -> Path | None:
+def load_model_blob(loader_file: str, device, options=None) -> dict[str, Any]:
+    stored = checkpoint_io.read(checkpoint_io.location(model_file_of(loader_file)), options)
+    return torch.load(io.BytesIO(stored.data), map_location=device)
+
+
+def agreed_checkpoint(where: str, rank: int, options=None) -> str | None:
     """Rank 0 picks the checkpoint and tells the others, so every rank resumes the same one."""
-    choice = [str(latest_checkpoint(directory) or "") if rank == 0 else None]
+    choice = [(latest_checkpoint(where, options) or "") if rank == 0 else None]
     dist.broadcast_object_list(choice, src=0)
-    return Path(choice[0]) if choice[0] else None
+    return choice[0] or None
 
 
 def replica_spread(model: torch.nn.Module) -> float:
@@ -175,10 +208,12 @@ def steps_per_epoch(num_rows: int, cfg: TrainConfig) -> int:
 
 
 def crash_if_asked(cfg: TrainConfig, rank: int, step: int) -> None:
-    if cfg.crash_at_step == step and cfg.crash_rank == rank:
-        print(f"\n  rank {rank}: SIGKILL after step {step} (--crash-at-step)", file=sys.stderr)
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    if cfg.crash_rank != rank or step not in (cfg.crash_at_step, cfg.stall_at_step):
+        return
+    how = "SIGKILL" if step == cfg.crash_at_step else "SIGSTOP"
+    print(f"\n  rank {rank}: {how} after step {step}", file=sys.stderr)
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL if how == "SIGKILL" else signal.SIGSTOP)
 
 
 def run_rank(rank: int, world_size: int, cfg: TrainConfig, store_path: str | None = None) -> None:
@@ -243,20 +278,17 @@ class RankJob:
         ledger = RowLedger(cfg.epochs, num_rows)
         return cls(cfg, rank, world_size, device, model, optimizer, dl, ledger, num_rows)
 
-    @property
-    def checkpoint_dir(self) -> Path | None:
-        return Path(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
-
     def resume(self) -> None:
         """Load the latest complete checkpoint, if asked and one exists."""
-        found = agreed_checkpoint(self.checkpoint_dir, self.rank) if self.checkpoint_dir else None
+        where, options = self.cfg.checkpoint_dir, self.cfg.options
+        found = agreed_checkpoint(where, self.rank, options) if where else None
         if not found:
             return
-        blob = torch.load(found / "model.pt", map_location=self.device)
+        blob = load_model_blob(found, self.device, options)
         self.model.module.load_state_dict(blob["model"])
         self.optimizer.load_state_dict(blob["optimizer"])
         self.ledger.committed.copy_(blob["rows_seen"])
-        self.dl.load_state_dict(load_loader_state(found / "loader.json"))
+        self.dl.load_state_dict(load_loader_state(found, storage_options=options))
         self.step = self.resumed_from = blob["step"]
         # The loader's epoch, not the one saved beside it: a state saved after an epoch's
         # last batch resumes at the start of the next epoch.
@@ -282,15 +314,16 @@ class RankJob:
         return time.perf_counter() - start
 
     def checkpoint_if_due(self, epoch: int) -> None:
-        every, folder = self.cfg.checkpoint_every, self.checkpoint_dir
-        if not folder or not every or self.step % every:
+        every, where = self.cfg.checkpoint_every, self.cfg.checkpoint_dir
+        if not where or not every or self.step % every:
             return
         self.ledger.commit(self.device)
         if self.rank == 0:
-            save_checkpoint(
-                folder, self.step, epoch, self.model, self.optimizer, self.dl, self.ledger
-            )
-            self.dl.note_checkpoint_saved(str(folder / f"step-{self.step:06d}"))
+            written = save_checkpoint(
+                where, self.step, epoch, self.model, self.optimizer, self.dl, self.ledger,
+                self.cfg.options,
+            )  # fmt: skip
+            self.dl.note_checkpoint_saved(written)
         dist.barrier()  # nobody runs ahead of a checkpoint that is not yet on disk
 
     def report(self, seconds: float) -> dict[str, Any]:
@@ -358,10 +391,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
-    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-dir", default=None, help="a folder or s3://bucket/prefix")
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--crash-at-step", type=int, default=None)
+    p.add_argument("--stall-at-step", type=int, default=None, help="SIGSTOP instead of SIGKILL")
     p.add_argument("--crash-rank", type=int, default=0)
     p.add_argument("--out", default=None, help="folder for rank 0's result.json and weights.pt")
     p.add_argument("--run-id", default=None, help="name of the run on the dashboard")

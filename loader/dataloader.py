@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -21,7 +22,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from loader import args
 from loader.dataset import StreamingDataset
 from loader.mainguard import check_main_guard
-from loader.prefetch import map_ahead
+from loader.packing import default_read_size
+from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
 from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
@@ -52,7 +54,8 @@ def _clean_worker_context() -> BaseContext:
 
 def _pinned(batch: Any) -> Any:
     if isinstance(batch, dict):
-        return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        # tensors, and Ragged columns (which pin their values and offsets)
+        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch.items()}
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
@@ -66,13 +69,17 @@ class _BatchReads(Dataset[list[Any]]):
     one it currently pins, plus the loader's batch_transform."""
 
     def __init__(
-        self, dataset: StreamingDataset, batch_transform: Callable[[Any], Any] | None
+        self,
+        dataset: StreamingDataset,
+        batch_transform: Callable[[Any], Any] | None,
+        sub_reads: int = 1,
     ) -> None:
         self.streaming_dataset = dataset
         self.batch_transform = batch_transform
+        self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
-        batches = self.streaming_dataset.reader[task]
+        batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
         if self.batch_transform is None:
             return batches
         return [self.batch_transform(batch) for batch in batches]
@@ -114,10 +121,18 @@ class StreamingDataLoader(DataLoader[Any]):
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
         total_epochs, total_steps: how long the job means to run, if it knows: the
             dashboard then shows "epoch x of N" and the job's ETA (telemetry only).
-        read_ahead: with num_workers=0, reads running ahead in background threads (0: none).
+        reads_in_flight: reads running at once in each reading process, to hide the
+            store's latency: with num_workers=0 the next reads run ahead in threads; in a
+            worker each read is cut into that many sub-reads. None: 16 for an object store
+            (shared among workers, at least 2 each), 4 locally with no workers, 1 in a
+            local worker. 0: no threads. The batches and the state are the same whatever
+            it is; memory in flight is at most about reads_in_flight + 2 reads per process.
+            (Replaces `read_ahead`, still accepted with a warning.)
         read_size: rows per read: consecutive batches are read together (one sorted read
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
+            Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
+            worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
             read includes starting the workers). Past it the workers are killed and the loop
@@ -143,8 +158,8 @@ class StreamingDataLoader(DataLoader[Any]):
         run_id: str | None = None,
         total_epochs: int | None = None,
         total_steps: int | None = None,
-        read_ahead: int = 2,
-        read_size: int = 8192,
+        reads_in_flight: int | None = None,
+        read_size: int | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
@@ -152,12 +167,20 @@ class StreamingDataLoader(DataLoader[Any]):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
+        if "read_ahead" in kwargs:
+            warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
+            reads_in_flight = kwargs.pop("read_ahead")
         _check_torch_kwargs(dataset, shuffle, kwargs)
         batch_size = args.integer("batch_size", batch_size, 1)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
         self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
-        self.read_ahead = args.integer("read_ahead", read_ahead, 0)
+        reads_in_flight = args.optional_integer("reads_in_flight", reads_in_flight, 0)
+        if reads_in_flight is None:
+            reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
+        self.reads_in_flight = reads_in_flight
+        if read_size is None:
+            read_size = default_read_size(dataset.packing)
         self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
@@ -168,7 +191,7 @@ class StreamingDataLoader(DataLoader[Any]):
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
         super().__init__(
-            _BatchReads(dataset, batch_transform),
+            _BatchReads(dataset, batch_transform, reads_in_flight if num_workers > 0 else 1),
             batch_size=None,
             sampler=sampler,
             num_workers=num_workers,
@@ -237,11 +260,11 @@ class StreamingDataLoader(DataLoader[Any]):
         threaded read-ahead without them."""
         if self.num_workers > 0:
             return self._from_workers()
-        if self.read_ahead < 1:
+        if self.reads_in_flight < 1:
             reads: Iterator[list[Any]] = super().__iter__()
         else:
             tasks = stream.tasks(self.batches_per_read)
-            reads = map_ahead(self.dataset.__getitem__, tasks, self.read_ahead)
+            reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
                 reads = ([_pinned(batch) for batch in read] for read in reads)
         return (batch for read in reads for batch in read)
@@ -368,7 +391,15 @@ class StreamingDataLoader(DataLoader[Any]):
             "global_step": self.global_step,
             "splits": [splits.start, splits.stop],
             "cursors": list(self.progress.cursors[splits.start : splits.stop]),
+            **self._tokens(),
         }
+
+    def _tokens(self) -> dict[str, int]:
+        """Tokens handed out this epoch on this rank, when packing (for the dashboard)."""
+        packing = self.streaming_dataset.packing
+        if packing is None:
+            return {}
+        return {"tokens": self.progress.step * self.batch_size * packing.spec.seq_len}
 
 
 def _check_torch_kwargs(

@@ -19,6 +19,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from loader import args
 from loader import state as st
 from loader.layout import check_world_size, owned_splits
+from loader.packing import (
+    PACK_FIELDS,
+    PackedTokens,
+    blocks_of_state,
+    pack_spec,
+    packing_state,
+    token_lengths,
+)
 from loader.plan import PlanSpec
 from loader.progress import ROWS, Batching, Progress
 from loader.reader import ON_ERROR, BatchReader, OnError
@@ -53,6 +61,10 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         version: int | None = None,
         allow_source_change: bool = False,
         storage_options: dict[str, str] | None = None,
+        pack_sequences: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        blocks_per_epoch: int | None = None,
     ) -> None:
         if source is None:
             raise ValueError(
@@ -72,8 +84,14 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 stacklevel=2,
             )
         check_world_size(num_splits, self.world.world_size)
+        columns = args.columns(columns)
+        self._pack = pack_spec(
+            pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, num_splits
+        )
+        if self._pack is not None and transform is not None:
+            raise ValueError("transform (per row) cannot be combined with pack_sequences")
         self._source_args = {
-            "columns": args.columns(columns),
+            "columns": columns,
             "filter": filter,
             "storage_options": storage_options,
         }
@@ -96,7 +114,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             if agreed != resolved.spec.version:
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
-        self.progress = Progress(self.world, num_splits, plan.rows_per_split, start_epoch)
+        self.progress = Progress(
+            self.world, num_splits, plan.rows_per_split, start_epoch, self.units_per_split
+        )
 
     def _pick_seed(self) -> int:
         """A random seed, the same on every rank: rank 0's, by broadcast."""
@@ -137,7 +157,21 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
         self.plan = plan
         self._shuffle = (plan.shuffle, plan.shuffle_seed, plan.clump_size)
-        self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
+        self.packing: PackedTokens | None = None
+        if self._pack is None:
+            self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
+            return
+        from loader.packed_reader import PackedReader
+
+        lengths = token_lengths(resolved, self._pack.column)  # the one-off pass, per version
+        self.packing = PackedTokens(self._pack, plan, lengths)
+        self.reader = PackedReader(resolved, plan, self.packing)
+
+    def units_per_split(self, epoch: int) -> int:
+        """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
+        if self.packing is not None:
+            return self.packing.blocks_per_split(epoch)
+        return self.rows_per_split
 
     @property
     def source(self) -> ResolvedSource:
@@ -192,6 +226,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             if isinstance(source.filter, str | None)
             else str(source.filter),
             "drop_last": drop_last,
+            **(self._pack.identity() if self._pack is not None else {}),
         }
 
     # -- position and state -------------------------------------------------------------
@@ -202,11 +237,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def make_state(self, batching: Batching) -> dict[str, Any]:
         """The state at the current position, for batches cut as `batching` says."""
-        return st.make_state(
-            self.plan_identity(batching.drop_last),
-            self.source.spec.identity(),
-            self.progress.state_dict(batching),
+        position = self.progress.state_dict(batching)
+        packed: dict[str, Any] = {}
+        if self.packing is not None:  # block cursors as (document, token offset) per split
+            blocks = self.packing.epoch(position[st.KEY_EPOCH])
+            position[st.KEY_CURSORS], packed = packing_state(blocks, position[st.KEY_CURSORS])
+        state = st.make_state(
+            self.plan_identity(batching.drop_last), self.source.spec.identity(), position
         )
+        state.update(packed)
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
@@ -234,12 +274,20 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             fields.append("num_rows")
         if drop_last is not None:
             fields.append("drop_last")
+        fields.extend(PACK_FIELDS)
         st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
         st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         check_world_size(plan.num_splits, self.world_size)
         if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
-        self.progress.load_state_dict(state, plan.rows_per_split)
+        if self.packing is None:
+            self.progress.load_state_dict(state, plan.rows_per_split)
+            return
+        epoch = state[st.KEY_EPOCH]
+        blocks = blocks_of_state(self.packing.epoch(epoch), state, state[st.KEY_CURSORS])
+        self.progress.load_state_dict(
+            {**state, st.KEY_CURSORS: blocks}, self.units_per_split(epoch)
+        )
 
     def _saved_seed(self, state: dict[str, Any]) -> int:
         seed = state[st.KEY_PLAN].get("shuffle_seed")
@@ -260,6 +308,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
         info = get_worker_info()
+        if self.packing is not None:
+            yield from self._iter_blocks(info)
+            return
         reads = Batching(ROW_READ_SIZE, False)  # the same rows as ROWS, read 1024 at a time
         stream = self.progress.start(reads) if info is None else self.progress.peek(reads)
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -278,6 +329,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                         raise
                     if self.on_error == "warn":
                         warnings.warn(f"transform failed on a row, skipped: {err!r}", stacklevel=2)
+
+    def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
+        """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""
+        stream = self.progress.start(ROWS) if info is None else self.progress.peek(ROWS)
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
+            for batch in self.reader[stream.task(first, ROW_READ_SIZE)]:
+                if info is None:
+                    self.progress.record(1, stream)
+                yield {k: v if k == "cu_seqlens" else v[0] for k, v in batch.items()}
 
     def __repr__(self) -> str:
         spec = self.source.spec

@@ -8,6 +8,7 @@ same step, and a state is built from one place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +39,18 @@ class Progress:
       resumes); `global_step` those since the run began (across epochs and resumes).
     """
 
-    def __init__(self, world: World, num_splits: int, rows_per_split: int, epoch: int) -> None:
+    def __init__(
+        self,
+        world: World,
+        num_splits: int,
+        rows_per_split: int,
+        epoch: int,
+        units: Callable[[int], int] | None = None,
+    ) -> None:
         self.world = world
         self.rows_per_split = rows_per_split
+        # a split's length in an epoch when it is not L rows (packed blocks: per epoch)
+        self._units = units
         self._epoch = epoch
         self._cursors: tuple[int, ...] = (0,) * num_splits
         self._stream: RankStream | None = None
@@ -83,10 +93,11 @@ class Progress:
     def peek(self, batching: Batching) -> RankStream:
         """The stream an iteration would start now, without starting it."""
         w = self.world
+        length = self._units(self._epoch) if self._units is not None else self.rows_per_split
         return RankStream(
             self._epoch,
             self.cursors,
-            self.rows_per_split,
+            length,
             w.rank,
             w.world_size,
             batching.batch_size,

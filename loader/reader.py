@@ -2,7 +2,9 @@
 
 The reader is what DataLoader workers run. It holds only picklable descriptions and opens
 the source lazily in whichever process first reads (Lance is not fork-safe, so a handle
-opened in the parent is never used in a child).
+opened in the parent is never used in a child). A read can be cut into sub-reads run at
+once (in a worker, where torch hands out one task at a time: `batches(task, sub_reads)`),
+each retried on transient I/O errors; a read returns every row or raises.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +23,7 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
+from loader.prefetch import take_in_parts, with_retries
 from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
@@ -48,10 +52,13 @@ class BatchReader(Dataset[list[Any]]):
         self._opened: RowSource | None = None
         self._pid = -1
         self._epoch_plan: EpochPlan | None = None
+        self._threads: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_opened"], state["_pid"], state["_epoch_plan"] = None, -1, None
+        state["_threads"] = None
         return state
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
@@ -60,8 +67,30 @@ class BatchReader(Dataset[list[Any]]):
     def _rows(self) -> RowSource:
         if self._opened is None or self._pid != os.getpid():
             self._opened = open_source(self.source.spec)
+            self._threads = None  # a forked child must not reuse the parent's threads
             self._pid = os.getpid()
         return self._opened
+
+    def _pool(self, size: int) -> ThreadPoolExecutor | None:
+        """This process's sub-read threads (none for one sub-read); made once per size."""
+        if size < 2:
+            return None
+        if self._threads is None or self._pool_size != size:
+            self._threads, self._pool_size = (
+                ThreadPoolExecutor(size, thread_name_prefix="elastic-loader-subread"),
+                size,
+            )
+        return self._threads
+
+    def _take(self, positions: NDArray[np.int64]) -> pa.Table:
+        """Every row at `positions`, retrying transient failures; never fewer rows."""
+        uri = self.source.spec.uri
+        table = with_retries(lambda: self._rows().take(positions), uri)
+        if table.num_rows != len(positions):
+            raise RuntimeError(
+                f"a read of {len(positions)} rows from {uri!r} returned {table.num_rows}"
+            )
+        return table
 
     def _plan_of(self, epoch: int) -> EpochPlan:
         if self._epoch_plan is None or self._epoch_plan.epoch != epoch:
@@ -79,17 +108,24 @@ class BatchReader(Dataset[list[Any]]):
         rows = self.source.rows
         return positions if rows is None else rows[positions]
 
-    def read(self, positions: NDArray[np.int64]) -> tuple[pa.Table, NDArray[np.int64]]:
-        """One read in ascending position order, and the order that restores the request."""
+    def read(
+        self, positions: NDArray[np.int64], sub_reads: int = 1
+    ) -> tuple[pa.Table, NDArray[np.int64]]:
+        """One read in ascending position order (in up to `sub_reads` parts at once), and
+        the order that restores the request."""
         ascending = np.argsort(positions, kind="stable")
-        table = self._rows().take(positions[ascending])
+        self._rows()  # open (or reopen after a fork) before any sub-read thread starts
+        table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
         restore = np.empty_like(ascending)
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
     def __getitem__(self, task: BatchTask) -> list[Any]:
+        return self.batches(task)
+
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
-        table, restore = self.read(self.positions(task))
+        table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:

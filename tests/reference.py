@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 M64 = (1 << 64) - 1
 
 
@@ -57,3 +59,44 @@ def advance(cursors: list[int], consumed: int, length: int) -> list[int]:
     for s, _ in stream(cursors, length)[:consumed]:
         cur[s] += 1
     return cur
+
+
+def ragged_take(
+    values: list[Any], offsets: list[int], order: list[int]
+) -> tuple[list[Any], list[int]]:
+    """Rows `order` of a ragged array, row by row."""
+    rows = [values[offsets[r] : offsets[r + 1]] for r in order]
+    out_offsets = [0]
+    for row in rows:
+        out_offsets.append(out_offsets[-1] + len(row))
+    return [v for row in rows for v in row], out_offsets
+
+
+def pack_blocks(
+    documents: list[list[int]], seq_len: int, eos_id: int, pad_id: int, blocks: int
+) -> list[tuple[list[int], list[int], list[int], list[int]]]:
+    """By the definition: one stream of documents each followed by eos, cut into blocks;
+    labels are the next token of the same document in the block (else -100); positions
+    restart at each document and each block; document ids count inside a block."""
+    ignore = -100
+    stream: list[tuple[int, int]] = []  # (token, document)
+    for d, doc in enumerate(documents):
+        stream.extend((t, d) for t in [*doc, eos_id])
+    out = []
+    for b in range(blocks):
+        piece = stream[b * seq_len : (b + 1) * seq_len]
+        ids = [t for t, _ in piece] + [pad_id] * (seq_len - len(piece))
+        docs_seen: list[int] = []
+        doc_ids, pos = [], []
+        for i, (_, d) in enumerate(piece):
+            if not docs_seen or docs_seen[-1] != d:
+                docs_seen.append(d)
+            doc_ids.append(len(docs_seen) - 1)
+            pos.append(0 if i == 0 or piece[i - 1][1] != d else pos[-1] + 1)
+        pad = seq_len - len(piece)
+        labels = [
+            ids[i + 1] if i + 1 < len(piece) and piece[i + 1][1] == piece[i][1] else ignore
+            for i in range(seq_len)
+        ]
+        out.append((ids, labels, pos + [0] * pad, doc_ids + [-1] * pad))
+    return out

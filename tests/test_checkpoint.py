@@ -91,6 +91,7 @@ def test_round_trip_and_layout(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["a.json"]  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_checkpoint_and_inspect_import_without_torch() -> None:
     """The state's checks live in loader/state.py, which stays standard-library only."""
     code = (
@@ -399,6 +400,7 @@ except CheckpointError as exc:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
+@pytest.mark.slow
 def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
     """A FIFO blocked load forever; a link to /dev/zero filled memory. Run in a child under
     a timeout so that a regression fails instead of hanging the suite."""

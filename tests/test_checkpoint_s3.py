@@ -18,6 +18,8 @@ from loader.storage import redact, s3_filesystem_args
 from tests.object_store import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.test_checkpoint import make_state
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 
 @pytest.fixture
 def prefix(s3_server: S3Server) -> str:

@@ -32,11 +32,12 @@ from dashboard.collector import models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
-from dashboard.launch import free_port, run_dashboard, start_dashboard
+from dashboard.launch import run_dashboard, start_dashboard
 from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from loader import cli
 from loader.layout import owned_splits, supported_world_sizes
+from tests.net import free_port
 
 # Two hours ago on a whole hour: recent enough for the collector's clock window.
 T0 = float(int(time.time()) // 3600 * 3600 - 7200)
@@ -255,6 +256,7 @@ def test_late_event_of_the_old_world_does_not_flip_placement(client: TestClient)
     assert (run["world_size"], run["prev_world_size"]) == (4, 8)
 
 
+@pytest.mark.slow
 def test_real_uvicorn_on_loopback(tmp_path: Path) -> None:
     with start_dashboard(port=0, db=str(tmp_path / "u.db"), ui=False) as handle:
         assert handle.api_url.startswith("http://127.0.0.1:")
@@ -278,6 +280,7 @@ def test_cli_refuses_a_public_bind_without_token(
     assert "--token" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     """`elastic-loader dashboard` prints its URLs, serves both parts, exits 0 on SIGTERM."""
     port, ui_port = free_port(), free_port()
@@ -325,6 +328,7 @@ def _open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
     """Issue #10.23: every `start_dashboard(ui=True)` leaked the log file's descriptor."""
     with socket.socket() as taken:
@@ -338,6 +342,7 @@ def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
         assert _open_fds() - fds == set()
 
 
+@pytest.mark.slow
 def test_the_loader_does_not_import_the_dashboard() -> None:
     """Issue #11.4: `loader` (CLI and telemetry included) imports nothing from `dashboard`."""
     code = "import sys, loader.cli, loader.telemetry, loader.wire; "
@@ -370,6 +375,7 @@ def test_a_missing_dashboard_is_a_clear_error(
     assert "dashboard is not importable" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_dashboard_command_is_forwarded() -> None:
     """`elastic-loader dashboard ARGS` runs the dashboard's own entry point with ARGS."""
     for cmd in (["loader.cli", "dashboard"], ["dashboard.launch"]):
@@ -379,6 +385,7 @@ def test_the_dashboard_command_is_forwarded() -> None:
         assert "--ui-port" in out.stdout and "--token" in out.stdout, cmd
 
 
+@pytest.mark.slow
 def test_any_printable_run_id_round_trips(tmp_path: Path) -> None:
     """Run ids with spaces or unicode reach the dashboard's client, URL-quoted."""
     with start_dashboard(port=0, db=str(tmp_path / "q.db"), ui=False) as handle:

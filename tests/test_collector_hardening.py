@@ -313,6 +313,7 @@ def _status(url: str, body: bytes | None = None) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_plain_uvicorn_on_another_address_without_token_serves_nothing(tmp_path: Path) -> None:
     """Issue: `uvicorn ...:app --host 0.0.0.0` without a token served POSTs.
 

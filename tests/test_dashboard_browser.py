@@ -33,6 +33,8 @@ from loader.layout import owned_splits
 from loader.telemetry import TelemetryClient
 from tests.net import wait_until
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -11,7 +11,6 @@ to one test of ~15 s of CPU, most of it importing torch in each process.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,9 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint.stateful import Stateful
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.net import free_port
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 960, 8, 10, 7
 
@@ -84,23 +86,16 @@ def _save_half(rank: int, pair: Any, uri: str, out: str) -> None:
     Path(f"{out}/save-{rank}.json").write_bytes(orjson.dumps(result))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _read(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # no_dist=True
 def test_dcp_save_on_2_ranks_resume_on_1_and_4(tmp_path: Path) -> None:
     uri, out = str(tmp_path / "items.lance"), str(tmp_path)
     pinned = lance.write_dataset(pa.table({"id": np.arange(NUM_ROWS, dtype=np.int64)}), uri).version
 
-    mp.spawn(_worker, args=(_free_port(), uri, out), nprocs=4, join=True)
+    mp.spawn(_worker, args=(free_port(), uri, out), nprocs=4, join=True)
     saved = [_read(tmp_path / f"save-{r}.json") for r in range(2)]
     assert saved[0]["stateful"]
     assert saved[0]["states"][0] == saved[0]["states"][1]  # one global state on every rank

@@ -6,22 +6,19 @@ the table after a write landed.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
 from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, report_picked_seed, run_rank
+from tests.net import free_port
 from tests.tables import lancedb_table
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 
 def launch(world: int, job: dict[str, Any], out: Path) -> list[dict[str, Any]]:

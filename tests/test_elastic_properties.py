@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from loader.plan import EpochPlan, PlanSpec, supported_world_sizes
 from loader.stream import RankStream, task_order_indices
+from tests.strategies import resize_jobs
 
 
 def rank_batches(
@@ -37,21 +38,15 @@ def streams(
 
 @st.composite
 def jobs(draw: st.DrawFn) -> dict:
-    splits = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24, 48]))
-    rows = draw(st.integers(splits, 600))
-    sizes = supported_world_sizes(splits)
-    return {
-        "spec": PlanSpec(
-            rows, splits, draw(st.booleans()), draw(st.integers(0, 2**32)), draw(st.integers(1, 40))
-        ),
-        "epoch": draw(st.integers(0, 3)),
-        "world": draw(st.sampled_from(sizes)),
-        "new_world": draw(st.sampled_from(sizes)),
-        "batch": draw(st.integers(1, 40)),
-        "new_batch": draw(st.integers(1, 40)),
-        "drop_last": draw(st.booleans()),
-        "cut": draw(st.floats(0, 1)),
-    }
+    job = draw(resize_jobs([1, 2, 3, 4, 6, 8, 12, 16, 24, 48]))
+    spec = PlanSpec(
+        job["rows"],
+        job["num_splits"],
+        job["shuffle"],
+        job["shuffle_seed"],
+        job["shuffle_clump_size"],
+    )
+    return {**job, "spec": spec}
 
 
 @settings(max_examples=2000, deadline=None)

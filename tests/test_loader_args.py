@@ -79,7 +79,7 @@ def test_the_largest_seed_is_accepted_and_saved(arrow_rows: Any) -> None:
         ({"num_workers": 1.0}, TypeError, r"num_workers must be an integer >= 0"),
         ({"drop_last": 1}, TypeError, r"drop_last must be True or False, got 1 \(int\)"),
         ({"read_size": 0}, ValueError, r"read_size must be an integer >= 1, got 0"),
-        ({"read_ahead": -1}, ValueError, r"read_ahead must be an integer >= 0, got -1"),
+        ({"reads_in_flight": -1}, ValueError, r"reads_in_flight must be an integer >= 0, got -1"),
         ({"data_timeout_s": 0}, ValueError, r"data_timeout_s must be a positive number"),
         ({"data_timeout_s": "10"}, TypeError, r"data_timeout_s must be a positive number"),
         ({"batch_transform": "f"}, TypeError, r"batch_transform must be a function or None"),

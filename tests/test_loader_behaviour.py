@@ -28,7 +28,11 @@ def flat(batches: list[list[int]]) -> list[int]:
 @pytest.mark.parametrize(
     "kw",
     [
-        {"read_ahead": 0},
+        {"reads_in_flight": 0},
+        {"reads_in_flight": 1},
+        {"reads_in_flight": 2},
+        {"reads_in_flight": 8},
+        {"num_workers": 2, "reads_in_flight": 3, "read_size": 3000},
         {"read_size": 1},
         {"num_workers": 2, "read_size": 100},
         {"num_workers": 1},
@@ -40,6 +44,7 @@ def flat(batches: list[list[int]]) -> list[int]:
     ],
     ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
 )
+@pytest.mark.slow
 def test_workers_change_nothing(lance_rows: Any, kw: dict[str, Any]) -> None:
     drop_last = kw.get("drop_last", False)
     expected = batches(lance_rows, rank=1, world=2, drop_last=drop_last)
@@ -47,6 +52,7 @@ def test_workers_change_nothing(lance_rows: Any, kw: dict[str, Any]) -> None:
     assert drop_last or sum(len(b) for b in expected) == 300
 
 
+@pytest.mark.slow
 def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
     ds = StreamingDataset(lance_rows, num_splits=4, rank=0, world_size=1)
     dl = StreamingDataLoader(ds, batch_size=50, num_workers=2, persistent_workers=True)
@@ -67,6 +73,7 @@ def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+@pytest.mark.slow
 def test_workers_under_every_start_method_after_the_parent_used_the_table(
     lance_rows: Any, context: str
 ) -> None:
@@ -136,7 +143,7 @@ def test_default_path_reads_whole_batches_without_per_row_python(
     )
     got = list(StreamingDataLoader(ds, batch_size=128, read_size=256))
     assert [len(b["id"]) for b in got] == [128] * 4 + [88]
-    assert takes == [256, 256, 88], "one sorted read per two batches"
+    assert sorted(takes) == [88, 256, 256], "one sorted read per two batches (run at once)"
     assert len(converted) == 3 * 3, "every column of every read went through NumPy"
     assert got[0]["x"].dtype == torch.float32 and got[0]["x"].shape == (128, 4)
     assert got[0]["id"].dtype == torch.int64
@@ -223,6 +230,7 @@ def test_a_state_with_bad_cursors_or_format_is_refused(lance_rows: Any) -> None:
             dl.load_state_dict(broken)
 
 
+@pytest.mark.slow
 def test_lance_dataset_and_paths_are_sources_too(lance_rows: Any, parquet_rows: Any) -> None:
     import pickle
 

@@ -13,7 +13,8 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader import StreamingDataLoader, StreamingDataset, supported_world_sizes
+from loader import StreamingDataLoader, StreamingDataset
+from tests.strategies import resize_jobs
 
 
 def open_ranks(
@@ -48,25 +49,13 @@ def ids_of(batch: dict[str, Any]) -> list[int]:
 
 @st.composite
 def jobs(draw: st.DrawFn) -> dict[str, Any]:
-    splits = draw(st.sampled_from([1, 2, 4, 6, 8, 12]))
-    sizes = supported_world_sizes(splits)
-    return {
-        "rows": draw(st.integers(splits, 600)),
-        "ds": {
-            "num_splits": splits,
-            "shuffle": draw(st.booleans()),
-            "shuffle_seed": draw(st.integers(0, 1000)),
-            "shuffle_clump_size": draw(st.integers(1, 50)),
-            "epoch": draw(st.integers(0, 2)),
-        },
-        "world": draw(st.sampled_from(sizes)),
-        "new_world": draw(st.sampled_from(sizes)),
-        "batch": draw(st.integers(1, 64)),
-        "new_batch": draw(st.integers(1, 64)),
-        "drop_last": draw(st.booleans()),
-        "cut": draw(st.floats(0, 1)),
-        "kind": draw(st.sampled_from(["lancedb", "arrow", "parquet"])),
-    }
+    job = draw(
+        resize_jobs([1, 2, 4, 6, 8, 12], max_batch=64, max_seed=1000, max_clump=50, max_epoch=2)
+    )
+    keys = ("num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "epoch")
+    job["ds"] = {key: job.pop(key) for key in keys}
+    job["kind"] = draw(st.sampled_from(["lancedb", "arrow", "parquet"]))
+    return job
 
 
 @settings(

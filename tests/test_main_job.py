@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 REPO = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-9
 ROWS = 1024
@@ -40,7 +42,6 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.slow
 def test_runs_at_every_world_size_end_with_the_same_weights(summary: dict) -> None:
     same = summary["same"]
     assert sorted(same["runs"], key=int) == ["1", "2", "4"]
@@ -50,7 +51,6 @@ def test_runs_at_every_world_size_end_with_the_same_weights(summary: dict) -> No
         assert run["steps"] == 2 * ROWS // 256
 
 
-@pytest.mark.slow
 def test_crash_then_resume_on_two_ranks_loses_and_repeats_nothing(summary: dict) -> None:
     crash = summary["crash"]
     assert "SIGKILL" in crash["failure"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import lance
 import lancedb
 import pyarrow as pa
+import pytest
 
 from tests.object_store import S3Server
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 
 def test_lancedb_and_pyarrow_round_trip_on_the_loopback_s3_server(s3_server: S3Server) -> None:

@@ -59,6 +59,7 @@ def test_report_matches_the_loaders_divisibility_check() -> None:
                 check_world_size(24, fit.world_size)
 
 
+@pytest.mark.slow
 def test_console_script_is_installed() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "loader.cli", "plan", "--rows", "96", "--num-splits", "8"],
@@ -109,6 +110,7 @@ print(sorted({"torch", "numba"} & set(sys.modules)))
 """
 
 
+@pytest.mark.slow
 def test_the_dashboard_planner_page_shows_the_same_answer_without_torch() -> None:
     page = Path(__file__).parents[1] / "dashboard" / "screens" / "planner.py"
     done = subprocess.run(

@@ -24,6 +24,8 @@ from loader.sources import PinnedVersionGoneError, SourceUnreachableError
 from tests.object_store import SECRET_KEY, S3Server
 from tests.tables import ROWS, make_rows
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 SPLITS, BATCH = 4, 64
 
 
@@ -48,7 +50,6 @@ def _no_cloud_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("context", [None, "spawn"], ids=["w2-forkserver", "w2-spawn"])
 def test_lancedb_table_on_s3_needs_no_options_and_reaches_workers(
     s3_server: S3Server, tmp_path: Path, context: str | None
@@ -101,7 +102,6 @@ def test_telemetry_never_carries_the_secret(
     assert not [b for b in bodies if SECRET_KEY.encode() in b]
 
 
-@pytest.mark.slow
 def test_lance_dataset_and_parquet_on_s3(s3_server: S3Server) -> None:
     table = _s3_table(s3_server)
     dataset = lance.dataset(table.to_lance().uri, storage_options=s3_server.storage_options)

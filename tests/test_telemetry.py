@@ -98,6 +98,7 @@ def test_events_reach_the_collector(collector: DashboardHandle) -> None:
 
 
 @pytest.mark.parametrize("failure", ["refused", "silent", "rejected"])
+@pytest.mark.slow
 def test_a_bad_collector_costs_one_warning_and_no_time(
     failure: str, silent_port: int, tmp_path: Path
 ) -> None:
@@ -296,6 +297,7 @@ print("exiting", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_exit_is_bounded_across_clients_and_sends_closed(
     collector: DashboardHandle, silent_port: int
 ) -> None:

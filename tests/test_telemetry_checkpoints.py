@@ -35,6 +35,7 @@ def _events(api: str, run: str) -> list[dict[str, Any]]:
         return []
 
 
+@pytest.mark.slow
 def test_checkpoint_save_and_dcp_save_reach_the_timeline(tmp_path: Path) -> None:
     table = lancedb.connect(str(tmp_path / "lance")).create_table(
         "rows", pa.table({"id": np.arange(2000, dtype=np.int64)})

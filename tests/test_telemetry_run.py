@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import functools
 import signal
-import threading
-import time
 import urllib.request
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +21,20 @@ import lancedb
 import numpy as np
 import orjson
 import pyarrow as pa
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dashboard.launch import free_port, start_collector_process
+from dashboard.launch import start_collector_process
 from loader import StreamingDataLoader, StreamingDataset
 from loader.layout import owned_splits
 from loader.telemetry import TelemetryWarning
+from tests.net import free_port, wait_until
+
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 NUM_ROWS, NUM_SPLITS, BATCH, FIRST = 960, 8, 10, 20
 RUN = "gloo-run"
-
-
-def _poll(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        threading.Event().wait(0.05)
 
 
 def _get(url: str) -> Any:
@@ -87,11 +77,13 @@ def _rank(rank: int, port: int, db: str, api: str, out: str) -> None:
             splits = owned_splits(rank, 2, NUM_SPLITS)
             lo, hi = splits.start, splits.stop
             mine = dl.state_dict()["cursors"][lo:hi]
-            _poll(lambda: _reported_cursors(api, rank) == mine, "the collector to catch up")
+            wait_until(
+                lambda: _reported_cursors(api, rank) == mine, 30, "the collector to catch up"
+            )
             _write(Path(out, f"mid-{rank}.json"), {"cursors": mine})
-            _poll(lambda: Path(out, "killed").exists(), "the test to kill the collector")
+            wait_until(lambda: Path(out, "killed").exists(), 30, "the test to kill the collector")
             ids += [i for batch in it for i in batch["id"].tolist()]
-            _poll(lambda: _ours(caught), "the sender to notice the dead collector")
+            wait_until(lambda: _ours(caught), 30, "the sender to notice the dead collector")
         _write(Path(out, f"done-{rank}.json"), {"ids": ids, "warnings": len(_ours(caught))})
     finally:
         dist.destroy_process_group()
@@ -105,7 +97,9 @@ def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> N
     try:
         ctx = mp.spawn(_rank, args=(free_port(), db, api, str(tmp_path)), nprocs=2, join=False)
         mids = [
-            _poll(functools.partial(_read, tmp_path / f"mid-{r}.json"), f"rank {r} mid-run", 120)
+            wait_until(
+                functools.partial(_read, tmp_path / f"mid-{r}.json"), 120, f"rank {r} mid-run"
+            )
             for r in range(2)
         ]
         placement = _get(f"{api}/api/runs/{RUN}/placement")

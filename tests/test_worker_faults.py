@@ -25,6 +25,8 @@ from loader.watchdog import process_state
 from tests.net import wait_until
 from tests.tables import make_rows
 
+pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 4.0
 
@@ -43,7 +45,6 @@ def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.Comp
     )
 
 
-@pytest.mark.slow
 def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(tmp_path: Path) -> None:
     """torch's own wait never ends here (a stopped worker counts as alive); ours does."""
     out = tmp_path / "result.json"
@@ -108,7 +109,6 @@ print("read", flush=True)
 """
 
 
-@pytest.mark.slow
 def test_workers_started_by_unguarded_top_level_code_get_a_clear_error(tmp_path: Path) -> None:
     done = run_script(tmp_path / "unguarded.py", UNGUARDED)
     assert done.returncode != 0
@@ -117,7 +117,6 @@ def test_workers_started_by_unguarded_top_level_code_get_a_clear_error(tmp_path:
     assert "DataLoader worker (pid" not in done.stderr
 
 
-@pytest.mark.slow
 def test_guarded_scripts_and_fork_workers_are_not_refused(tmp_path: Path) -> None:
     guarded = UNGUARDED.replace("\nds =", '\nif __name__ == "__main__":\n    ds =')
     guarded = guarded.replace("\nfor batch", "\n    for batch").replace(

@@ -81,6 +81,7 @@ class EventIn(BaseModel):
     total_steps: NonNeg | None = None
     splits: Annotated[list[NonNeg], Field(min_length=2, max_length=2)] | None = None
     cursors: Annotated[list[NonNeg], Field(max_length=MAX_CURSORS)] | None = None
+    tokens: NonNeg | None = None  # packed data: tokens handed out this epoch by the rank
     rows: NonNeg = 0
     batches: NonNeg = 0
     wait_s: Seconds = 0.0

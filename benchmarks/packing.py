@@ -1,0 +1,209 @@
+"""Issue #13's packed-token figures, in one process, on one synthetic LanceDB table.
+
+Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is not used):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/packing.py [--docs 20000] [--seconds 8]
+
+- `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
+  of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
+  `--seconds`; lancedb.streaming needs `blocks_per_epoch` (we pass ours' count).
+- `ours ÷ raw Lance read`: tokens/s of ours against reading the token column of the same
+  table front to back with `to_batches` into one flat NumPy array per batch (no shuffle,
+  no packing): the floor of what any packing reader pays.
+- `resume at 90 %`: time from building the dataset and loader (lengths pass included) to
+  the first batch, after `load_state_dict` of a state at 90 % of the epoch, over the same
+  for a fresh start; medians of 5, alternating.
+- `varlen ÷ fixed`: values/s of a `list<int32>` column (lengths 1..255, mean 128) against a
+  `fixed_size_list<int32>[128]` column of the same row count (batches of 256 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from loader import StreamingDataLoader, StreamingDataset
+from loader.packed_reader import PackedReader, block_documents
+from loader.progress import Batching
+from loader.stream import task_order_indices
+
+SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
+
+
+@functools.cache
+def token_arrays(docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of `docs` documents of 64..4095 random token ids (seeded)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(64, 4096, docs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return offsets, rng.integers(1, 50_000, int(offsets[-1]), dtype=np.int32)
+
+
+def token_table(db: Any, docs: int) -> Any:
+    offsets, values = token_arrays(docs)
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return db.create_table("tokens", pa.table({"tokens": tokens}), mode="overwrite")
+
+
+def _litdata_document(item: tuple[int, int]) -> Any:
+    """One document and its eos, as LitGPT's prepare scripts write them (module level:
+    litdata's optimize workers import it)."""
+    import torch
+
+    offsets, values = token_arrays(item[0])
+    yield torch.from_numpy(np.append(values[offsets[item[1]] : offsets[item[1] + 1]], EOS))
+
+
+def litdata_tokens(out: Path, docs: int, seconds: float) -> float | None:
+    """LitData's TokensLoader on the same documents (optimize'd to `out`), shuffled, or
+    None where litdata is not installed (the project venv; see setup_env.sh)."""
+    try:
+        from litdata import StreamingDataLoader as LitLoader
+        from litdata import StreamingDataset as LitDataset
+        from litdata import TokensLoader, optimize
+    except ImportError:
+        return None
+    items = [(docs, i) for i in range(docs)]
+    optimize(
+        fn=_litdata_document, inputs=items, output_dir=str(out), chunk_size=(SEQ_LEN + 1) * 1024,
+        item_loader=TokensLoader(), num_workers=1,
+    )  # fmt: skip
+    ds = LitDataset(str(out), item_loader=TokensLoader(block_size=SEQ_LEN), shuffle=True)
+    return drain(LitLoader(ds, batch_size=BATCH), lambda b: b.numel(), seconds)
+
+
+def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
+    """Units per second from starting the iteration (the first read included: with
+    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`."""
+    done, start = 0, time.perf_counter()
+    for batch in batches:
+        done += count(batch)
+        if time.perf_counter() - start > seconds:
+            break
+    return done / (time.perf_counter() - start)
+
+
+def ours(table: Any, **kw: Any) -> StreamingDataLoader:
+    ds = StreamingDataset(
+        table, columns=["tokens"], num_splits=SPLITS, rank=0, world_size=1,
+        pack_sequences=SEQ_LEN, eos_id=EOS, **kw,
+    )  # fmt: skip
+    return StreamingDataLoader(ds, batch_size=BATCH)
+
+
+def theirs(table: Any, blocks: int) -> Any:
+    from lancedb.streaming import StreamingDataLoader as TheirLoader
+    from lancedb.streaming import StreamingDataset as TheirDataset
+
+    ds = TheirDataset(
+        table, num_splits=SPLITS, columns=["tokens"], pack_sequences=SEQ_LEN, eos_id=EOS,
+        pad_id=EOS, blocks_per_epoch=blocks,
+    )  # fmt: skip
+    return TheirLoader(ds, batch_size=BATCH)
+
+
+def raw_take(loader: StreamingDataLoader) -> Iterable[int]:
+    """Lance `take` of exactly the documents each of ours' reads covers (sorted, one call a
+    read), values to NumPy: ours' own reads with the packing left out. Yields tokens."""
+    reader = loader.streaming_dataset.reader
+    assert isinstance(reader, PackedReader)
+    stream = loader.progress.peek(Batching(BATCH, False))
+    layout = reader.packing.epoch(stream.epoch)
+    per_split = layout.blocks_per_split
+    for task in stream.tasks(loader.batches_per_read):
+        splits, levels = np.divmod(task_order_indices(task, per_split), per_split)
+        documents = np.unique(block_documents(layout, splits, levels)[0])
+        positions = np.sort(reader.plan.epoch(task.epoch).order(documents))
+        column = reader._rows().take(positions).column("tokens").combine_chunks()
+        yield len(column.values.to_numpy())
+
+
+def raw_read(table: Any) -> Iterable[np.ndarray]:
+    for batch in table.to_lance().to_batches(columns=["tokens"], batch_size=64):
+        yield batch.column(0).values.to_numpy()
+
+
+def first_batch_seconds(table: Any, state: dict[str, Any] | None) -> float:
+    start = time.perf_counter()
+    loader = ours(table)
+    if state is not None:
+        loader.load_state_dict(state)
+    next(iter(loader))
+    return time.perf_counter() - start
+
+
+def resume_ratio(table: Any) -> float:
+    loader = ours(table)
+    stop = int(0.9 * len(loader))
+    for step, _ in enumerate(loader):
+        if step + 1 == stop:
+            break
+    state = loader.state_dict()
+    fresh, resumed = [], []
+    for _ in range(5):
+        fresh.append(first_batch_seconds(table, None))
+        resumed.append(first_batch_seconds(table, state))
+    return statistics.median(resumed) / statistics.median(fresh)
+
+
+def varlen_ratio(db: Any, rows: int, seconds: float) -> float:
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 256, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    varlen = pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(np.arange(offsets[-1], dtype=np.int32))
+    )
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(rows * 128, dtype=np.int32)), 128)
+    rates = {}
+    for name, column in (("varlen", varlen), ("fixed", fixed)):
+        table = db.create_table(name, pa.table({"v": column}), mode="overwrite")
+        ds = StreamingDataset(table, num_splits=SPLITS, rank=0, world_size=1)
+        loader = StreamingDataLoader(ds, batch_size=256)
+        size = (lambda b: len(b["v"].values)) if name == "varlen" else (lambda b: b["v"].numel())
+        rates[name] = drain(loader, size, seconds)
+    return rates["varlen"] / rates["fixed"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--docs", type=int, default=20_000)
+    p.add_argument("--seconds", type=float, default=8.0)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = lancedb.connect(str(Path(tmp) / "db"))
+        table = token_table(db, args.docs)
+        loader = ours(table)
+        blocks = len(loader) * BATCH
+        print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
+        tokens = lambda b: b["input_ids"].numel()  # noqa: E731
+        next(iter(ours(table)))  # warm: Numba's cached kernels load (~1 s) on first use
+        rate = drain(loader, tokens, args.seconds)
+        rows = [
+            ("ours (default read: 128 blocks)", rate, None),
+            ("lancedb.streaming pack_sequences", drain(theirs(table, blocks), tokens, args.seconds), rate),
+            ("raw Lance scan of the column", drain(raw_read(table), len, args.seconds), rate),
+            ("raw take of the same documents", drain(raw_take(ours(table)), int, args.seconds), rate),
+        ]  # fmt: skip
+        lit = litdata_tokens(Path(tmp) / "litdata", args.docs, args.seconds)
+        if lit is not None:
+            rows.append(("LitData TokensLoader (shuffle)", lit, rate))
+        for name, value, ref in rows:
+            ratio = f"   ours / it = {ref / value:.2f}" if ref is not None else ""
+            print(f"{name:34s} {value:14,.0f} tokens/s{ratio}")
+        print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
+        varlen = varlen_ratio(db, 40_000, args.seconds)
+        print(f"list<int32> / fixed_size_list<int32>[128] values/s = {varlen:.2f}")
+
+
+if __name__ == "__main__":
+    main()

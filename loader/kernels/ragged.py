@@ -1,0 +1,83 @@
+"""Kernels on ragged data (flat values + offsets): reorder rows, and pack token blocks.
+
+Both walk each row's slice once with no temporary index arrays, so a reorder of n tokens
+costs one copy of n values (NumPy's repeat/arange gather needs an int64 index per value).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from loader.kernels.config import njit
+
+
+@njit
+def _ragged_take(
+    values: NDArray[np.generic], offsets: NDArray[np.int64], order: NDArray[np.int64]
+) -> tuple[NDArray[np.generic], NDArray[np.int64]]:
+    """Rows `order` of the ragged array (values, offsets): new values and offsets from 0."""
+    out_offsets = np.empty(order.shape[0] + 1, dtype=np.int64)
+    out_offsets[0] = 0
+    for i in range(order.shape[0]):
+        row = order[i]
+        out_offsets[i + 1] = out_offsets[i] + offsets[row + 1] - offsets[row]
+    out = np.empty(out_offsets[-1], dtype=values.dtype)
+    for i in range(order.shape[0]):
+        row = order[i]
+        start = offsets[row]
+        out[out_offsets[i] : out_offsets[i + 1]] = values[start : offsets[row + 1]]
+    return out, out_offsets
+
+
+@njit
+def _pack_blocks(
+    values: NDArray[np.generic],
+    offsets: NDArray[np.int64],
+    doc_rows: NDArray[np.int64],
+    block_docs: NDArray[np.int64],
+    first_offsets: NDArray[np.int64],
+    seq_len: int,
+    eos_id: int,
+    pad_id: int,
+    ignore: int,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Blocks of `seq_len` tokens from documents, each followed by `eos_id`, in one pass.
+
+    Block b holds documents `doc_rows[block_docs[b]:block_docs[b + 1]]` (rows of the ragged
+    array (values, offsets)), starting `first_offsets[b]` tokens into the first; what is
+    left after them is `pad_id`. Returns (input_ids, labels, position_ids, document_ids),
+    each (blocks, seq_len): labels are the next token inside a document piece, else
+    `ignore`; positions count from 0 at each document start and at the block's start;
+    document ids number the documents inside the block, -1 on padding.
+    """
+    blocks = block_docs.shape[0] - 1
+    ids = np.empty((blocks, seq_len), dtype=np.int64)
+    labels = np.empty((blocks, seq_len), dtype=np.int64)
+    positions = np.empty((blocks, seq_len), dtype=np.int64)
+    documents = np.empty((blocks, seq_len), dtype=np.int64)
+    for b in range(blocks):
+        filled = 0
+        skip = first_offsets[b]
+        for j in range(block_docs[b], block_docs[b + 1]):
+            row = doc_rows[j]
+            start = offsets[row]
+            size = offsets[row + 1] - start
+            take = min(size + 1 - skip, seq_len - filled)
+            for k in range(take):
+                token = skip + k
+                value = values[start + token] if token < size else eos_id
+                if k > 0:
+                    labels[b, filled - 1] = value
+                ids[b, filled] = value
+                labels[b, filled] = ignore
+                positions[b, filled] = k
+                documents[b, filled] = j - block_docs[b]
+                filled += 1
+            skip = 0
+        for p in range(filled, seq_len):
+            ids[b, p] = pad_id
+            labels[b, p] = ignore
+            positions[b, p] = 0
+            documents[b, p] = -1
+    return ids, labels, positions, documents

@@ -1,0 +1,150 @@
+"""Reading packed blocks: task → (split, block) pairs → the documents they cover → one read.
+
+A block is a slice of its split's token stream: `searchsorted` on the split's prefix sums
+finds its documents, every document any block of the task needs is read once (one sorted
+read), and a kernel copies the tokens into place. Nothing is carried between tasks, so a
+worker or a resumed rank reads block t without reading what came before.
+
+A batch is a dict of (B, seq_len) int64 tensors and one int32 vector:
+- `input_ids`: the tokens; `pad_id` after a split's last token (only with blocks_per_epoch).
+- `labels`: the next token, already shifted (the model must not shift again): labels[:, i]
+  is input_ids[:, i + 1] where both are in the same document, else -100 (the position
+  before a document starts, i.e. its eos, the block's last position, and padding).
+- `position_ids`: 0 at each document's start and at the block's start.
+- `document_ids`: which document of the block each token is in (0, 1, ...; -1 on padding).
+- `cu_seqlens`: int32 boundaries of the document pieces in the flattened (B * seq_len)
+  batch, as FlashAttention's varlen functions take them (padding is one piece of its own).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from loader.convert import ragged_parts
+from loader.kernels.ragged import _pack_blocks
+from loader.packing import EpochBlocks, PackedTokens
+from loader.plan import PlanSpec
+from loader.reader import BatchReader
+from loader.sources import ResolvedSource
+from loader.stream import BatchTask, task_order_indices
+
+IGNORE_INDEX = -100  # what torch's cross_entropy ignores by default
+
+
+def block_documents(
+    blocks: EpochBlocks, splits: NDArray[np.int64], levels: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """For blocks (split, level): the documents each covers, as split-local order indices.
+
+    Returns (documents, block_docs, first_offsets): block i covers documents
+    `documents[block_docs[i]:block_docs[i + 1]]` (indices into the epoch order) and starts
+    `first_offsets[i]` tokens into the first.
+    """
+    length = blocks.prefix.shape[1] - 1
+    first = np.zeros(len(splits), dtype=np.int64)
+    last = np.zeros(len(splits), dtype=np.int64)
+    for split in np.unique(splits):
+        mine = splits == split
+        starts = blocks.prefix[split]
+        begin = levels[mine] * blocks.seq_len
+        first[mine] = np.minimum(np.searchsorted(starts, begin, side="right") - 1, length)
+        last[mine] = np.minimum(
+            np.searchsorted(starts, begin + blocks.seq_len, side="left"), length
+        )
+    counts = last - first
+    block_docs = np.zeros(len(splits) + 1, dtype=np.int64)
+    np.cumsum(counts, out=block_docs[1:])
+    base = splits * length + first - block_docs[:-1]
+    documents = np.repeat(base, counts) + np.arange(block_docs[-1], dtype=np.int64)
+    starts_of_first = blocks.prefix[splits, first]
+    first_offsets = np.where(first < length, levels * blocks.seq_len - starts_of_first, 0)
+    return documents, block_docs, first_offsets
+
+
+def cu_seqlens(documents: NDArray[np.int64]) -> NDArray[np.int32]:
+    """Start of every document piece in the flattened batch, and its total length."""
+    flat = documents.reshape(-1)
+    starts = np.ones(flat.shape[0], dtype=bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[:: documents.shape[1]] = True
+    return np.append(np.flatnonzero(starts), flat.shape[0]).astype(np.int32)
+
+
+Blocks = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+
+
+def packed_batch(
+    ids: NDArray[np.int64],
+    labels: NDArray[np.int64],
+    positions: NDArray[np.int64],
+    documents: NDArray[np.int64],
+) -> dict[str, torch.Tensor]:
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "labels": torch.from_numpy(labels),
+        "position_ids": torch.from_numpy(positions),
+        "document_ids": torch.from_numpy(documents),
+        "cu_seqlens": torch.from_numpy(cu_seqlens(documents)),
+    }
+
+
+class PackedReader(BatchReader):
+    """A BatchReader whose units are packed blocks instead of rows."""
+
+    def __init__(
+        self,
+        source: ResolvedSource,
+        plan: PlanSpec,
+        packing: PackedTokens,
+        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        super().__init__(source, plan, None, "raise", batch_transform)
+        self.packing = packing
+
+    def blocks(self, task: BatchTask, sub_reads: int = 1) -> Blocks:
+        """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream order."""
+        spec = self.packing.spec
+        layout = self.packing.epoch(task.epoch)
+        per_split = layout.blocks_per_split
+        order_idx = task_order_indices(task, per_split)
+        splits, levels = np.divmod(order_idx, per_split)
+        documents, block_docs, first_offsets = block_documents(layout, splits, levels)
+        unique, doc_rows = np.unique(documents, return_inverse=True)
+        if len(unique):
+            positions = self._plan_of(task.epoch).order(unique)
+            rows = self.source.rows
+            table, restore = self.read(positions if rows is None else rows[positions], sub_reads)
+            column = table.column(spec.column).combine_chunks()
+            values, offsets = ragged_parts(column)
+            doc_rows = restore[doc_rows.reshape(-1)]
+        else:  # only padding blocks
+            values, offsets = np.empty(0, np.int64), np.zeros(1, np.int64)
+        pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
+        return _pack_blocks(
+            values,
+            offsets,
+            np.ascontiguousarray(doc_rows, dtype=np.int64),
+            block_docs,
+            first_offsets,
+            spec.seq_len,
+            spec.eos_id,
+            pad,
+            IGNORE_INDEX,
+        )
+
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
+        """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
+        fields = self.blocks(task, sub_reads)
+        bounds = np.cumsum((0, *task.sizes)).tolist()
+        batches = [
+            packed_batch(*(field[a:b] for field in fields)) for a, b in itertools.pairwise(bounds)
+        ]
+        if self.batch_transform:
+            return [self.batch_transform(batch) for batch in batches]
+        return batches
