@@ -90,6 +90,7 @@ def test_parquet_uri_is_absolute(parquet_rows: Path, monkeypatch: pytest.MonkeyP
     assert all(Path(f).is_absolute() for f in ds.source.spec.data.files)
 
 
+@pytest.mark.slow  # a DataLoader worker
 def test_hive_partitioned_parquet_keeps_its_partition_column_in_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
