@@ -377,6 +377,8 @@ class StreamingDataLoader(DataLoader[Any]):
             "batch_size": self.batch_size,
             **job_length(total_epochs, total_steps),
         }
+        if ds.packing is not None:
+            static["seq_len"] = ds.packing.spec.seq_len
         client = TelemetryClient.from_settings(url, run_id, static)
         if client is not None:  # held weakly: a collected loader ends its client (`closed`)
             client.set_snapshot(self._snapshot)
@@ -395,11 +397,13 @@ class StreamingDataLoader(DataLoader[Any]):
         }
 
     def _tokens(self) -> dict[str, int]:
-        """Tokens handed out this epoch on this rank, when packing (for the dashboard)."""
-        packing = self.streaming_dataset.packing
-        if packing is None:
+        """Tokens handed out this epoch on this rank and the epoch's blocks per split (what
+        the cursors count up to), when packing (for the dashboard)."""
+        ds = self.streaming_dataset
+        if ds.packing is None:
             return {}
-        return {"tokens": self.progress.step * self.batch_size * packing.spec.seq_len}
+        tokens = self.progress.step * self.batch_size * ds.packing.spec.seq_len
+        return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
 
 
 def _check_torch_kwargs(

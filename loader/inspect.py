@@ -23,6 +23,9 @@ from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 
+# loader.packing's state keys, spelt here: importing it would pull pyarrow into `inspect`
+KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED = "token_offsets", "tokens_dropped"
+
 
 def print_inspect(
     path: str | os.PathLike[str],
@@ -77,37 +80,73 @@ def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _packed(plan: dict[str, Any]) -> bool:
+    """A packed state (`pack_sequences` in its plan): its rows are documents of tokens."""
+    return plan.get("pack_sequences") is not None
+
+
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     n, s, length = plan["num_rows"], plan["num_splits"], plan["rows_per_split"]  # checked
+    unit = "documents" if _packed(plan) else "rows"
     order = (
         f"shuffled, seed {plan.get('shuffle_seed')}, clump {plan.get('shuffle_clump_size')}"
         if plan.get("shuffle")
         else "not shuffled"
     )
-    return [
-        ("plan", f"N={n:,} rows, S={s} splits x L={length:,} rows, {order}"),
+    rows = [
+        ("plan", f"N={n:,} {unit}, S={s} splits x L={length:,} {unit}, {order}"),
         ("  filter", str(plan.get("filter") or "-")),
         ("  drop_last", str(plan.get("drop_last"))),
     ]
+    if _packed(plan):
+        rows.append(("  packing", _packing_text(plan)))
+    return rows
+
+
+def _packing_text(plan: dict[str, Any]) -> str:
+    """'blocks of 2,048 tokens of column tokens, eos_id 0, pad_id -, blocks_per_epoch -'."""
+    seq_len, column = plan["pack_sequences"], plan.get("token_column")
+    said = ", ".join(f"{k} {_dash(plan.get(k))}" for k in ("eos_id", "pad_id", "blocks_per_epoch"))
+    return f"blocks of {_num(seq_len)} tokens of column {column}, {said}"
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else _num(value)
 
 
 def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
-    """Every value here was checked by `check_state`: S >= 1, L >= 1, 0 <= cursor <= L."""
+    """Every value here was checked by `check_state`: S >= 1, L >= 1, 0 <= cursor <= L.
+    A packed state's cursors count documents (the next token's document per split) and its
+    `skipped` counts blocks, so it is labelled so, with the tokens past the cursors."""
     cursors: list[int] = state[st.KEY_CURSORS]
     s, length = state[st.KEY_PLAN]["num_splits"], state[st.KEY_PLAN]["rows_per_split"]
+    packed = _packed(state[st.KEY_PLAN])
+    unit = "documents" if packed else "rows"
     read = sum(cursors)
     finished = sum(c == length for c in cursors)
     saver = f"step {state[st.KEY_STEP]}, saved by world_size {state[st.KEY_WORLD_SIZE]}"
     median = _num(statistics.median(cursors))
+    cursor = "document cursor" if packed else "cursor"
+    into, dropped = _token_texts(state) if packed else ("", "")
+    read_text = f"{read:,} {unit}{into}"
+    skipped = f"{state[st.KEY_SKIPPED]:,}" + (f" blocks{dropped}" if packed else "")
     return [
         ("epoch", f"{state[st.KEY_EPOCH]}  ({saver})"),
-        ("progress", f"cursor min {min(cursors):,} / median {median} / max {max(cursors):,} "
-                     f"of {length:,} per split"),
-        ("  read", f"{read:,} rows, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
-                   f"splits finished; skipped {state[st.KEY_SKIPPED]:,}"),
+        ("progress", f"{cursor} min {min(cursors):,} / median {median} / max {max(cursors):,} "
+                     f"of {length:,}{' documents' if packed else ''} per split"),
+        ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
+                   f"splits finished; skipped {skipped}"),
         ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
                        f"(those dividing S={s})"),
     ]  # fmt: skip
+
+
+def _token_texts(state: dict[str, Any]) -> tuple[str, str]:
+    """(' + 37 tokens into the next ones', '; 12 tokens of the epoch dropped'): a packed
+    state's token fields, each empty when absent."""
+    offsets, dropped = state.get(KEY_TOKEN_OFFSETS), state.get(KEY_TOKENS_DROPPED)
+    into = f" + {sum(offsets):,} tokens into the next ones" if offsets is not None else ""
+    return into, f"; {dropped:,} tokens of the epoch dropped" if dropped is not None else ""
 
 
 def _num(value: Any) -> str:

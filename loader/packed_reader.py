@@ -67,30 +67,37 @@ def block_documents(
     return documents, block_docs, first_offsets
 
 
-def cu_seqlens(documents: NDArray[np.int64]) -> NDArray[np.int32]:
-    """Start of every document piece in the flattened batch, and its total length."""
-    flat = documents.reshape(-1)
-    starts = np.ones(flat.shape[0], dtype=bool)
-    starts[1:] = flat[1:] != flat[:-1]
-    starts[:: documents.shape[1]] = True
-    return np.append(np.flatnonzero(starts), flat.shape[0]).astype(np.int32)
+def cu_seqlens(
+    piece_starts: NDArray[np.int64], block_pieces: NDArray[np.int64], a: int, b: int, seq_len: int
+) -> NDArray[np.int32]:
+    """Start of every document piece in the flattened batch of blocks [a, b), and its
+    total length, from the kernel's piece starts (indices into all the task's blocks)."""
+    first, last = block_pieces[a], block_pieces[b]
+    out = np.empty(last - first + 1, dtype=np.int32)
+    np.subtract(piece_starts[first:last], a * seq_len, out=out[:-1], casting="unsafe")
+    out[-1] = (b - a) * seq_len
+    return out
 
 
-Blocks = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+Fields = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+Blocks = tuple[
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]
 
 
-def packed_batch(
-    ids: NDArray[np.int64],
-    labels: NDArray[np.int64],
-    positions: NDArray[np.int64],
-    documents: NDArray[np.int64],
-) -> dict[str, torch.Tensor]:
+def packed_batch(fields: Fields, cu: NDArray[np.int32]) -> dict[str, torch.Tensor]:
+    ids, labels, positions, documents = fields
     return {
         "input_ids": torch.from_numpy(ids),
         "labels": torch.from_numpy(labels),
         "position_ids": torch.from_numpy(positions),
         "document_ids": torch.from_numpy(documents),
-        "cu_seqlens": torch.from_numpy(cu_seqlens(documents)),
+        "cu_seqlens": torch.from_numpy(cu),
     }
 
 
@@ -108,7 +115,8 @@ class PackedReader(BatchReader):
         self.packing = packing
 
     def blocks(self, task: BatchTask, sub_reads: int = 1) -> Blocks:
-        """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream order."""
+        """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream
+        order, and the piece starts that make `cu_seqlens` (see `_pack_blocks`)."""
         spec = self.packing.spec
         layout = self.packing.epoch(task.epoch)
         per_split = layout.blocks_per_split
@@ -120,7 +128,9 @@ class PackedReader(BatchReader):
             positions = self._plan_of(task.epoch).order(unique)
             rows = self.source.rows
             table, restore = self.read(positions if rows is None else rows[positions], sub_reads)
-            column = table.column(spec.column).combine_chunks()
+            column = table.column(spec.column)
+            # one chunk (one sub-read) is read as is: combine_chunks would copy it
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
             values, offsets = ragged_parts(column)
             doc_rows = restore[doc_rows.reshape(-1)]
         else:  # only padding blocks
@@ -140,10 +150,15 @@ class PackedReader(BatchReader):
 
     def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
         """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
-        fields = self.blocks(task, sub_reads)
+        *fields, piece_starts, block_pieces = self.blocks(task, sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
+        seq_len = self.packing.spec.seq_len
         batches = [
-            packed_batch(*(field[a:b] for field in fields)) for a, b in itertools.pairwise(bounds)
+            packed_batch(
+                (fields[0][a:b], fields[1][a:b], fields[2][a:b], fields[3][a:b]),
+                cu_seqlens(piece_starts, block_pieces, a, b, seq_len),
+            )
+            for a, b in itertools.pairwise(bounds)
         ]
         if self.batch_transform:
             return [self.batch_transform(batch) for batch in batches]

@@ -13,7 +13,9 @@ Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models
 `{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
 (host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
 `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
-`tokens` (packed data only: tokens this rank handed out this epoch),
+`tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
+the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
+says tokens per block),
 the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
 kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
 `closed` event (`data.reason`: `close` for `close()` or a collected loader, `exit` at
@@ -73,9 +75,12 @@ STATIC_KEYS = (
     "batch_size",
     "total_epochs",
     "total_steps",
+    "seq_len",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
-POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens")  # tokens: packed
+# Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
+# a cursor counts up to this epoch: blocks, not the L documents of `rows_per_split`).
+POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens", "blocks_per_split")
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)

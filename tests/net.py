@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,3 +29,13 @@ def wait_until(probe: Callable[[], T | None], deadline_s: float, what: str) -> T
         if time.monotonic() > end:
             raise TimeoutError(f"gave up after {deadline_s} s waiting for {what}")
         threading.Event().wait(0.05)  # the polling interval
+
+
+def http_ok(url: str) -> bool:
+    """Whether `url` answers 200 right now (no proxies: everything here is loopback)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=1) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False

@@ -72,6 +72,16 @@ def ragged_take(
     return [v for row in rows for v in row], out_offsets
 
 
+def cu_seqlens(document_ids: list[list[int]]) -> list[int]:
+    """By the definition: where each run of equal document ids starts in the flattened
+    batch (a new run at every block start), then the total length."""
+    starts, at = [], 0
+    for row in document_ids:
+        starts.extend(at + i for i in range(len(row)) if i == 0 or row[i] != row[i - 1])
+        at += len(row)
+    return [*starts, at]
+
+
 def pack_blocks(
     documents: list[list[int]], seq_len: int, eos_id: int, pad_id: int, blocks: int
 ) -> list[tuple[list[int], list[int], list[int], list[int]]]:

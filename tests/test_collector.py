@@ -126,6 +126,8 @@ def test_views_of_a_resumed_run(client: TestClient) -> None:
     assert progress["state"] == "running" and progress["epoch_pct"] == pytest.approx(
         100 * rows_per_rank / 12 / 20_000
     )
+    assert progress["unit"] == "rows" and progress["rows_per_split"] == 20_000
+    assert progress["tokens_done"] is progress["tokens_per_s"] is None  # rows, not packed
 
     timeline = client.get("/api/runs/job/timeline").json()["data"]
     labels = [item["label"] for item in timeline]
@@ -136,6 +138,7 @@ def test_views_of_a_resumed_run(client: TestClient) -> None:
 
     tp = client.get("/api/runs/job/throughput", params={"window_s": 15}).json()
     assert [s["rank"] for s in tp["stragglers"]] == [2]
+    assert tp["tokens_per_s"] is None
     assert tp["input"]["bound"] == [2] and tp["input"]["verdict"] == "input-bound on rank 2"
     assert [s["rank"] for s in tp["slowest"]][:1] != [] and all(
         p["ranks"] == 4 and p["min"] <= p["median"] <= p["max"] for p in tp["band"]

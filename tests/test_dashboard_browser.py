@@ -5,7 +5,8 @@ crashed and 1,024-rank runs. One collector + Streamlit server and one browser fo
   W = 8 stretch and a resume; rank 3 waits for data.
 - `ckpt-crash`: a real one-rank training job (`tests/dash_job.py`) that saves a checkpoint
   through `loader.checkpoint.save` and is then SIGKILLed.
-- `finished-run`: a real one-rank job that states `total_epochs=1`, reads it and exits.
+- `finished-run`: a real one-rank job that states `total_epochs=1`, reads it (packed token
+  blocks: the page counts blocks and tokens) and exits.
 - `big-run`: synthetic, 1,024 ranks over 4,096 splits.
 Screenshots land in `tests/artifacts/` (git-ignored).
 """
@@ -194,6 +195,9 @@ def test_a_job_that_ends_reads_finished(live: Live, page: Page) -> None:
     expect(page.get_by_test_id("stMetricValue").filter(has_text="done").first).to_be_visible()
     expect(page.get_by_test_id("stMetricValue").filter(has_text="1 of 1")).to_be_visible()
     expect(page.get_by_text("job: epoch 1 of 1 · 100.0%")).to_be_visible()
+    headline = page.get_by_text(re.compile(r"blocks the reporting ranks own · [\d,]+ tokens")).first
+    expect(headline).to_contain_text("tokens handed out (blocks of 8)")
+    expect(page.get_by_text("tokens/s (running ranks)")).to_be_visible()
 
 
 def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(

@@ -23,9 +23,8 @@ import pytest
 import torch
 from pyarrow import fs
 
-from dashboard.launch import _http_ok, free_port
 from tests.multinode import COMMANDS, REPO, Node, command, popen
-from tests.net import wait_until
+from tests.net import free_port, http_ok, wait_until
 from tests.object_store import S3Server
 
 SPLITS, GLOBAL_BATCH, EPOCHS, EVERY, STALL = 12, 24, 2, 4, 10
@@ -55,7 +54,7 @@ def job(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     collector = popen(command("collector", collector_port=port, **values), env, work / "c.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: collector.poll() is not None or _http_ok(url + "/health"), 60, "it")
+        wait_until(lambda: collector.poll() is not None or http_ok(url + "/health"), 60, "it")
         assert collector.poll() is None, (work / "c.log").read_text()
         env.update(
             ELASTIC_LOADER_TELEMETRY=url,
@@ -106,6 +105,7 @@ def copy_prefix(s3: fs.S3FileSystem, source: str, target: str) -> None:
         s3.copy_file(info.path, target + "/" + info.base_name)
 
 
+@pytest.mark.slow
 def test_a_node_dies_and_the_job_resumes_on_one_node_and_on_three(
     job: dict[str, Any], s3_server: S3Server
 ) -> None:

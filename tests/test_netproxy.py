@@ -61,6 +61,7 @@ def test_each_request_on_a_kept_alive_connection_is_delayed_and_counted(
     assert not [t for t in threading.enumerate() if t.name.startswith("proxy-")], "all joined"
 
 
+@pytest.mark.slow
 def test_every_kth_request_is_cut_and_the_rest_pass(s3_server: S3Server) -> None:
     bucket = s3_server.make_bucket()
     with FaultProxy((s3_server.host, s3_server.port), Faults(drop_every=2)) as proxy:

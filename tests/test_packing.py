@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from loader import StreamingDataLoader, StreamingDataset, supported_world_sizes
 from loader.checkpoint import load, save
 from loader.kernels.ragged import _pack_blocks
-from loader.packed_reader import IGNORE_INDEX, block_documents
+from loader.packed_reader import IGNORE_INDEX, block_documents, cu_seqlens
 from loader.packing import EpochBlocks
 from tests import reference
 
@@ -56,10 +56,16 @@ def test_blocks_match_the_twin(lengths: list[int], seq_len: int, extra: int) -> 
     found, block_docs, first = block_documents(layout, np.zeros(count, np.int64), levels)
     offsets = np.cumsum([0, *lengths]).astype(np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
-    fields = _pack_blocks(values, offsets, found, block_docs, first, seq_len, EOS, PAD, -100)
+    *fields, piece_starts, block_pieces = _pack_blocks(
+        values, offsets, found, block_docs, first, seq_len, EOS, PAD, -100
+    )
     want = reference.pack_blocks(docs, seq_len, EOS, PAD, count)
     got = [tuple(f.tolist() for f in block) for block in zip(*fields, strict=True)]
     assert got == want
+    for a, b in itertools.combinations(range(count + 1), 2):  # every batch of blocks [a, b)
+        cu = cu_seqlens(piece_starts, block_pieces, a, b, seq_len)
+        assert cu.dtype == np.int32
+        assert cu.tolist() == reference.cu_seqlens(fields[3][a:b].tolist())
 
 
 def split_documents(ds: StreamingDataset, lengths: list[int], epoch: int) -> list[list[list[int]]]:
@@ -110,6 +116,7 @@ def check_fields(batch: dict[str, torch.Tensor]) -> None:
     assert bool((labels[:, -1] == IGNORE_INDEX).all())
     flat = docs.reshape(-1)
     cu = batch["cu_seqlens"].tolist()
+    assert cu == reference.cu_seqlens(docs.tolist())
     assert cu[0] == 0 and cu[-1] == flat.numel()
     for a, b in itertools.pairwise(cu):
         assert bool((flat[a:b] == flat[a]).all())
@@ -352,3 +359,25 @@ def test_a_filter_packs_only_the_documents_it_keeps(tmp_path: Path) -> None:
         for s in range(2)
     ]  # fmt: skip
     assert Counter(take(loader, None)) == Counter(blk for split in want for blk in split)
+
+
+def test_inspect_labels_a_packed_state_in_documents_and_tokens(tmp_path: Path) -> None:
+    """A packed state's cursors count documents and its `skipped` counts blocks: inspect
+    says so (and the tokens into the next documents), never "rows"."""
+    from loader.inspect import format_inspect
+
+    loader = loaders(token_table([13] * 40), 1, 2, num_splits=4, pack_sequences=8)[0]
+    take(loader, 5)
+    state = loader.state_dict()
+    out = format_inspect(save(state, tmp_path / "packed.json"))
+    docs, into = sum(state["cursors"]), sum(state["token_offsets"])
+    for expected in [
+        "N=40 documents, S=4 splits x L=10 documents",
+        "  packing     blocks of 8 tokens of column tokens, eos_id -1, pad_id -, blocks_per_epoch -",
+        f"document cursor min {min(state['cursors'])}",
+        "of 10 documents per split",
+        f"  read        {docs} documents + {into} tokens into the next ones, ",
+        f"skipped 0 blocks; {state['tokens_dropped']} tokens of the epoch dropped",
+    ]:
+        assert expected in out, f"{expected!r} missing from:\n{out}"
+    assert " rows" not in out

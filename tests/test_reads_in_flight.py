@@ -43,6 +43,7 @@ def big_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return lancedb_table(tmp_path_factory.mktemp("inflight"), rows=ROWS)
 
 
+@pytest.mark.slow
 def test_batches_and_state_are_the_same_for_any_reads_in_flight(big_table: Any) -> None:
     reference = _ids(_loader(big_table, reads_in_flight=0))
     assert sorted(itertools.chain(*reference)) == list(range(ROWS))
@@ -116,6 +117,7 @@ def _open(s3_table: tuple[str, str], options: dict[str, str]) -> Any:
     return lancedb.connect(s3_table[0], storage_options=options).open_table(s3_table[1])
 
 
+@pytest.mark.slow
 def test_cut_requests_are_retried_and_every_row_comes_once(
     s3_table: tuple[str, str], proxied: tuple[FaultProxy, dict[str, str]]
 ) -> None:
@@ -132,6 +134,7 @@ def test_cut_requests_are_retried_and_every_row_comes_once(
     assert sorted(itertools.chain(*got)) == list(range(3000))
 
 
+@pytest.mark.slow
 def test_a_store_that_keeps_failing_raises_naming_the_uri_after_whole_batches_only(
     s3_table: tuple[str, str], proxied: tuple[FaultProxy, dict[str, str]]
 ) -> None:

@@ -82,6 +82,8 @@ class EventIn(BaseModel):
     splits: Annotated[list[NonNeg], Field(min_length=2, max_length=2)] | None = None
     cursors: Annotated[list[NonNeg], Field(max_length=MAX_CURSORS)] | None = None
     tokens: NonNeg | None = None  # packed data: tokens handed out this epoch by the rank
+    blocks_per_split: NonNeg | None = None  # packed data: what a cursor counts up to
+    seq_len: NonNeg | None = None  # packed data: tokens per block (rows count blocks)
     rows: NonNeg = 0
     batches: NonNeg = 0
     wait_s: Seconds = 0.0
@@ -207,6 +209,8 @@ class RankPublic(BaseModel):
     ts: float
     state: str
     silent_s: float | None
+    tokens: int | None = None  # packed data: tokens handed out this epoch
+    blocks_per_split: int | None = None  # packed data: what the cursors count up to
 
 
 class LayoutPublic(BaseModel):
@@ -237,6 +241,7 @@ class RankProgressPublic(BaseModel):
     rows_done: int
     rows_total: int
     pct: float
+    tokens: int | None  # packed data: tokens this rank handed out this epoch
 
 
 class JobProgressPublic(BaseModel):
@@ -250,7 +255,9 @@ class JobProgressPublic(BaseModel):
 
 
 class ProgressPublic(BaseModel):
-    """`epoch_pct` is the per-rank bars' total, computed from the same read."""
+    """`epoch_pct` is the per-rank bars' total, computed from the same read. `unit` says what
+    cursors, `rows_*` and `rows_per_s` count: "rows", or "blocks" of `seq_len` tokens for
+    packed data, whose `tokens_*` fields give the same in tokens (None for row data)."""
 
     run_id: str
     state: str
@@ -266,6 +273,11 @@ class ProgressPublic(BaseModel):
     rows_per_s: float
     eta_s: float | None
     ranks: list[RankProgressPublic]
+    unit: str
+    seq_len: int | None
+    tokens_done: int | None
+    tokens_total: int | None
+    tokens_per_s: float | None
 
 
 class BandPointPublic(BaseModel):
@@ -317,6 +329,7 @@ class ThroughputPublic(BaseModel):
     slowest: list[RankWindowPublic]
     stragglers: list[StragglerPublic]
     input: InputBoundPublic
+    tokens_per_s: float | None  # packed data: the job's tokens/s over the last 30 s
 
 
 class EventPublic(BaseModel):

@@ -65,17 +65,25 @@ ADDED_COLUMNS = (
     ("ranks", "global_step", "INTEGER"),
     ("ranks", "interval_s", "REAL"),
     ("events", "global_step", "INTEGER"),
+    # packed data: tokens per block; the rank's tokens this epoch and blocks per split; the
+    # tokens handed out in a sample / rollup bucket (NULL for row data)
+    ("runs", "seq_len", "INTEGER"),
+    ("ranks", "tokens", "INTEGER"),
+    ("ranks", "blocks_per_split", "INTEGER"),
+    ("samples", "tokens", "INTEGER"),
+    ("rollup", "tokens", "INTEGER"),
 )
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
-  world_size, world_since, events, total_epochs, total_steps)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  world_size, world_since, events, total_epochs, total_steps, seq_len)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
   total_epochs = coalesce(excluded.total_epochs, total_epochs),
   total_steps = coalesce(excluded.total_steps, total_steps),
+  seq_len = coalesce(excluded.seq_len, seq_len),
   last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
   rows_per_split = excluded.rows_per_split,
   batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
@@ -88,21 +96,28 @@ WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
-  lo, hi, cursors, rows_per_s, global_step, interval_s)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
   hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
   rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
-  interval_s = excluded.interval_s WHERE excluded.ts >= ranks.ts
+  interval_s = excluded.interval_s, tokens = excluded.tokens,
+  blocks_per_split = excluded.blocks_per_split WHERE excluded.ts >= ranks.ts
 """
-INSERT_SAMPLE = "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_SAMPLE = """
+INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
 UPSERT_ROLLUP = """
-INSERT INTO rollup VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO rollup (run_id, rank, bucket, rows, batches, wait_s, interval_s, tokens)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
   batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
-  interval_s = interval_s + excluded.interval_s
+  interval_s = interval_s + excluded.interval_s,
+  tokens = CASE WHEN excluded.tokens IS NULL THEN tokens
+    ELSE coalesce(tokens, 0) + excluded.tokens END
 """
 INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
 INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -188,13 +203,14 @@ class Store:
             run = runs.get(e.run_id)
             if run is None:
                 runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
-                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0, None, None]
+                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0, None, None, None]
                 run = runs[e.run_id]
             elif run[3] != e.num_splits:
                 raise RunConflict(_conflict(e.run_id, run[3], e.num_splits))
             run[2], run[8] = e.ts, run[8] + 1
             run[9] = e.total_epochs if e.total_epochs is not None else run[9]
             run[10] = e.total_steps if e.total_steps is not None else run[10]
+            run[11] = e.seq_len if e.seq_len is not None else run[11]
             if last_world.get(e.run_id) != e.world_size:
                 last_world[e.run_id] = e.world_size
                 worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
@@ -207,8 +223,10 @@ class Store:
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
-            ranks.append((*where, *position, e.interval_s or None))
-            row = (e.rows, e.batches, e.wait_s, e.interval_s)
+            packed = (e.tokens, e.blocks_per_split)
+            ranks.append((*where, *position, e.interval_s or None, *packed))
+            tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
+            row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
             rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
         with self._lock:
@@ -377,10 +395,12 @@ class Store:
         return {int(row["rank"]): float(row["ts"]) for row in rows}
 
     def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
-        """Per rank of the world: rows, wait and covered seconds summed over the rollup
-        buckets from the one holding `since` (10x fewer rows than the samples)."""
+        """Per rank of the world: rows, tokens (packed data, else NULL), wait and covered
+        seconds summed over the rollup buckets from the one holding `since` (10x fewer rows
+        than the samples)."""
         return self.query(
-            "SELECT rank, sum(rows) AS rows, sum(wait_s) AS wait_s, sum(interval_s) AS iv "
+            "SELECT rank, sum(rows) AS rows, sum(tokens) AS tokens, sum(wait_s) AS wait_s, "
+            "sum(interval_s) AS iv "
             "FROM rollup WHERE run_id = ? AND bucket >= ? AND rank < ? GROUP BY rank "
             "ORDER BY rank",
             run_id,

@@ -79,6 +79,8 @@ def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rank_progress(r: dict[str, Any], per_split: int, state: str) -> dict[str, Any]:
+    """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks."""
+    per_split = r.get("blocks_per_split") or per_split
     lo, hi = (r["splits"] or [0, 0])[:2]
     own = r["cursors"] or []
     done = sum(own) if len(own) == hi - lo else 0
@@ -86,17 +88,44 @@ def _rank_progress(r: dict[str, Any], per_split: int, state: str) -> dict[str, A
     out = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
     out.update(global_step=r.get("global_step"), state=state, rows_per_s=r["rows_per_s"])
     out.update(rows_done=done, rows_total=total, pct=100.0 * done / total if total else 0.0)
+    out["tokens"] = r.get("tokens")
     return out
+
+
+def _units(run: dict[str, Any], ranks: list[dict[str, Any]]) -> tuple[str, int]:
+    """What the cursors count and up to how many per split: rows and L, or, for packed data
+    (the run sent `seq_len`), blocks and the newest epoch's blocks per split."""
+    if run.get("seq_len") is None:
+        return "rows", run["rows_per_split"]
+    newest = max(ranks, key=lambda r: (r["epoch"] or 0, r["ts"]), default=None)
+    blocks = newest.get("blocks_per_split") if newest else None
+    return "blocks", blocks if blocks is not None else run["rows_per_split"]
+
+
+def _tokens(run: dict[str, Any], bars: list[dict[str, Any]], total: int, rate: float) -> Any:
+    """Packed data: tokens handed out this epoch, of how many, and tokens/s; else Nones."""
+    seq_len = run.get("seq_len")
+    if seq_len is None:
+        return {"seq_len": None, "tokens_done": None, "tokens_total": None, "tokens_per_s": None}
+    done = sum(b["tokens"] or 0 for b in bars)
+    return {
+        "seq_len": seq_len,
+        "tokens_done": done,
+        "tokens_total": total * seq_len,
+        "tokens_per_s": rate * seq_len,
+    }
 
 
 def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     """Per-split cursors, per-rank bars and the headline, all from one read of the ranks.
 
     The headline is the bars' total (rows read ÷ rows owned by the ranks that reported),
-    so the two cannot disagree; rows/s counts only ranks that are still running.
+    so the two cannot disagree; rows/s counts only ranks that are still running. For packed
+    data (`unit` "blocks") the cursors, rows and rows/s count blocks of `seq_len` tokens, and
+    the `tokens_*` fields say the same in tokens (None for row data).
     """
-    num_splits, per_split = run["num_splits"], run["rows_per_split"]
     ranks = store.ranks(run["run_id"], run["world_size"])
+    num_splits, (unit, per_split) = run["num_splits"], _units(run, ranks)
     status = run_status(store, run, ranks)
     state_of = {s["rank"]: s["state"] for s in status["ranks"]}
     cursors: list[int | None] = [None] * num_splits
@@ -117,6 +146,7 @@ def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
         "run_id": run["run_id"],
         "state": status["state"],
         "epoch": max(epochs) if epochs else None,
+        "unit": unit,
         "rows_per_split": per_split,
         "cursors": cursors,
         "owner": owners(run["world_size"], num_splits),
@@ -126,15 +156,21 @@ def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
         "rows_per_s": rate,
         "eta_s": eta,
         "global_step": max((b["global_step"] or 0 for b in bars), default=None),
-        "job": job_progress(run, bars, rate, finished),
+        "job": job_progress(run, bars, rate, finished, rows_total),
         "ranks": bars,
+        **_tokens(run, bars, rows_total, rate),
     }
 
 
 def job_progress(
-    run: dict[str, Any], bars: list[dict[str, Any]], rate: float, finished: bool
+    run: dict[str, Any],
+    bars: list[dict[str, Any]],
+    rate: float,
+    finished: bool,
+    epoch_rows: int | None = None,
 ) -> dict[str, Any]:
-    """'epoch x of N' / 'step x of N', share of the job done and its ETA, when it told us N."""
+    """'epoch x of N' / 'step x of N', share of the job done and its ETA, when it told us N.
+    `epoch_rows`: what an epoch holds in the unit of `rate` (default S × L rows)."""
     total_epochs, total_steps = run.get("total_epochs"), run.get("total_steps")
     out: dict[str, Any] = {"total_epochs": total_epochs, "total_steps": total_steps}
     out.update(pct=None, eta_s=None, label=None)
@@ -149,7 +185,7 @@ def job_progress(
     else:
         epochs = [(b["epoch"] or 0) + b["pct"] / 100 for b in bars]
         done = min(1.0, sum(epochs) / len(epochs) / total_epochs)
-        epoch_rows = run["num_splits"] * run["rows_per_split"]
+        epoch_rows = epoch_rows or run["num_splits"] * run["rows_per_split"]
         left_s = (total_epochs * (1 - done)) * epoch_rows / rate if rate > 0 else None
         current = min(int(total_epochs or 0), max(int(b["epoch"] or 0) for b in bars) + 1)
         out["label"] = f"epoch {current} of {total_epochs}"
@@ -183,7 +219,10 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
     fresh_from = max(since, max(settled, default=since - bucket) + bucket)
     band = {p["t"]: p for p in _band(store.series(run["run_id"], fresh_from, bucket))}
     points_in = sorted({**settled, **band}.items())
-    recent = _recent(store, run)
+    totals = store.rank_totals(
+        run["run_id"], run["last_ts"] - STRAGGLER_WINDOW_S, run["world_size"]
+    )
+    recent = _recent(totals)
     status = run_status(store, run)
     silent = [r["last_ts"] for r in status["ranks"] if r["state"] == "crashed"]
     return {
@@ -198,6 +237,7 @@ def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) 
         ],
         "stragglers": _stragglers(recent),
         "input": input_bound(recent),
+        "tokens_per_s": _tokens_per_s(run, totals),
     }
 
 
@@ -247,15 +287,22 @@ def _band(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return band
 
 
-def _recent(store: Store, run: dict[str, Any]) -> list[RankRate]:
-    """Each rank's rows/s and wait share over the last 30 s of the current world."""
-    since = run["last_ts"] - STRAGGLER_WINDOW_S
+def _recent(totals: list[Any]) -> list[RankRate]:
+    """Each rank's rows/s and wait share from its `Store.rank_totals` of the last 30 s."""
     return [
         RankRate(
             r["rank"], r["rows"] / (r["iv"] or 1e-9), min(1.0, r["wait_s"] / (r["iv"] or 1e-9))
         )
-        for r in store.rank_totals(run["run_id"], since, run["world_size"])
+        for r in totals
     ]
+
+
+def _tokens_per_s(run: dict[str, Any], totals: list[Any]) -> float | None:
+    """Packed data: the job's tokens/s over the last 30 s (each rank's tokens ÷ its covered
+    seconds, summed over ranks); None for row data."""
+    if run.get("seq_len") is None:
+        return None
+    return float(sum((r["tokens"] or 0) / (r["iv"] or 1e-9) for r in totals))
 
 
 def _stragglers(rates: list[RankRate]) -> list[dict[str, Any]]:

@@ -14,11 +14,12 @@ ORDER = {"crashed": 0, "stalled": 1, "running": 2, "closed": 3}
 
 
 def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
-    """One row per rank, human labels, worst first."""
+    """One row per rank, human labels, worst first. A packed run's cursors count blocks, up
+    to the rank's `blocks_per_split` (its rows/s are blocks/s)."""
     rows = []
     for r in layout["ranks"]:
         lo, hi = (r["splits"] or [0, 0])[:2]
-        total = (hi - lo) * rows_per_split
+        total = (hi - lo) * (r.get("blocks_per_split") or rows_per_split)
         read = sum(r["cursors"] or [])
         rows.append(
             {

@@ -27,7 +27,10 @@ def _metrics(progress: dict[str, Any]) -> None:
     )
     unit, _, where = position.partition(" ")  # "epoch", "2 of 3": fits a metric's width
     epoch.metric(unit, where)
-    rate.metric("rows/s (running ranks)", f"{progress['rows_per_s']:,.0f}")
+    if progress.get("tokens_per_s") is not None:  # packed data: blocks of seq_len tokens
+        rate.metric("tokens/s (running ranks)", f"{progress['tokens_per_s']:,.0f}")
+    else:
+        rate.metric("rows/s (running ranks)", f"{progress['rows_per_s']:,.0f}")
     finished = progress["state"] == "finished"
     eta.metric("epoch ETA", "done" if finished else ui.duration(progress["eta_s"]))
     job_eta.metric("job ETA", "done" if job["eta_s"] == 0 else ui.duration(job["eta_s"]))
@@ -40,14 +43,22 @@ def _bar(text: str, pct: float, colour: str, strong: bool = False) -> str:
     return f'<div>{label}</div><div style="{TRACK}"><div style="{fill}"></div></div>'
 
 
+def _tokens_text(progress: dict[str, Any]) -> str:
+    """Packed data: ' · 12,288 tokens handed out (blocks of 2,048)'; else nothing."""
+    if progress.get("tokens_done") is None:
+        return ""
+    return f" · {progress['tokens_done']:,} tokens handed out (blocks of {progress['seq_len']:,})"
+
+
 def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
     """The headline, the job's bar and (if `per_rank`) every rank's bar, in one element.
     Only numbers and fixed words: no user text goes into this HTML."""
     step = progress["global_step"]
     step_text = f" · global step {step:,}" if step is not None else ""
     owned = sum(r["rows_total"] for r in progress["ranks"])
+    unit = progress.get("unit", "rows")
     head = f"epoch read {progress['epoch_pct']:.1f}% · {progress['rows_done']:,} of "
-    head += f"{owned:,} rows the reporting ranks own{step_text}"
+    head += f"{owned:,} {unit} the reporting ranks own{_tokens_text(progress)}{step_text}"
     parts = [_bar(head, progress["epoch_pct"], "#1565c0", strong=True)]
     job = progress["job"]
     if job["pct"] is not None:

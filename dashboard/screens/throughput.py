@@ -42,12 +42,16 @@ def live(window_s: int) -> None:
     if data is None:
         return
     _verdict(data)
-    ui.show(charts.band_chart(data["band"], "rows/s per rank", data["crashed_at"]))
+    tokens_per_s = data.get("tokens_per_s")
+    if tokens_per_s is not None:  # packed data: the band counts blocks of seq_len tokens
+        st.metric("tokens/s (job, last 30 s)", f"{tokens_per_s:,.0f}")
+    unit = "rows/s" if tokens_per_s is None else "blocks/s"
+    ui.show(charts.band_chart(data["band"], f"{unit} per rank", data["crashed_at"]))
     ui.show(charts.wait_chart(data["band"]))
     slowest = [
         {
             "rank": f"rank {s['rank']}",
-            "rows/s": f"{s['rows_per_s']:,.0f}",
+            unit: f"{s['rows_per_s']:,.0f}",
             "waiting for data": _pct(s["wait_share"]),
         }
         for s in data["slowest"]

@@ -41,43 +41,65 @@ def _pack_blocks(
     eos_id: int,
     pad_id: int,
     ignore: int,
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+) -> tuple[
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]:
     """Blocks of `seq_len` tokens from documents, each followed by `eos_id`, in one pass.
 
     Block b holds documents `doc_rows[block_docs[b]:block_docs[b + 1]]` (rows of the ragged
     array (values, offsets)), starting `first_offsets[b]` tokens into the first; what is
-    left after them is `pad_id`. Returns (input_ids, labels, position_ids, document_ids),
-    each (blocks, seq_len): labels are the next token inside a document piece, else
-    `ignore`; positions count from 0 at each document start and at the block's start;
-    document ids number the documents inside the block, -1 on padding.
+    left after them is `pad_id`. Returns (input_ids, labels, position_ids, document_ids,
+    piece_starts, block_pieces): the first four are (blocks, seq_len); labels are the next
+    token inside a document piece, else `ignore`; positions count from 0 at each document
+    start and at the block's start; document ids number the documents inside the block, -1
+    on padding. `piece_starts[block_pieces[b]:block_pieces[b + 1]]` are where block b's
+    document pieces (and its padding, one piece) start, as indices into the flattened
+    blocks: the makings of `cu_seqlens` without another pass. Pieces are copied as slices.
     """
     blocks = block_docs.shape[0] - 1
     ids = np.empty((blocks, seq_len), dtype=np.int64)
     labels = np.empty((blocks, seq_len), dtype=np.int64)
     positions = np.empty((blocks, seq_len), dtype=np.int64)
     documents = np.empty((blocks, seq_len), dtype=np.int64)
+    piece_starts = np.empty(block_docs[-1] + blocks, dtype=np.int64)  # <= docs + 1 a block
+    block_pieces = np.empty(blocks + 1, dtype=np.int64)
+    pieces = 0
     for b in range(blocks):
+        block_pieces[b] = pieces
         filled = 0
         skip = first_offsets[b]
         for j in range(block_docs[b], block_docs[b + 1]):
             row = doc_rows[j]
-            start = offsets[row]
-            size = offsets[row + 1] - start
-            take = min(size + 1 - skip, seq_len - filled)
-            for k in range(take):
-                token = skip + k
-                value = values[start + token] if token < size else eos_id
-                if k > 0:
-                    labels[b, filled - 1] = value
-                ids[b, filled] = value
-                labels[b, filled] = ignore
-                positions[b, filled] = k
-                documents[b, filled] = j - block_docs[b]
-                filled += 1
+            start = offsets[row] + skip
+            real = offsets[row + 1] - start  # tokens of the document left, eos excluded
+            take = min(real + 1, seq_len - filled)
             skip = 0
-        for p in range(filled, seq_len):
-            ids[b, p] = pad_id
-            labels[b, p] = ignore
-            positions[b, p] = 0
-            documents[b, p] = -1
-    return ids, labels, positions, documents
+            if take <= 0:
+                continue
+            piece_starts[pieces] = b * seq_len + filled
+            pieces += 1
+            copied = min(real, take)
+            ids[b, filled : filled + copied] = values[start : start + copied]
+            if copied < take:
+                ids[b, filled + copied] = eos_id
+            end = filled + take - 1
+            labels[b, filled:end] = ids[b, filled + 1 : end + 1]
+            labels[b, end] = ignore
+            for k in range(take):
+                positions[b, filled + k] = k
+            documents[b, filled : end + 1] = j - block_docs[b]
+            filled += take
+        if filled < seq_len:
+            piece_starts[pieces] = b * seq_len + filled
+            pieces += 1
+            ids[b, filled:] = pad_id
+            labels[b, filled:] = ignore
+            positions[b, filled:] = 0
+            documents[b, filled:] = -1
+    block_pieces[blocks] = pieces
+    return ids, labels, positions, documents, piece_starts, block_pieces
