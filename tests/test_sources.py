@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -19,10 +20,10 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 import loader.sources as sources_package
-from loader import StreamingDataset
+from loader import StreamingDataLoader, StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
 from loader.sources.arrow import table_fingerprint
-from loader.sources.storage import normalise_uri, redact
+from loader.sources.storage import normalise_uri, redact, unreachable
 from tests.tables import make_rows
 
 
@@ -86,7 +87,25 @@ def test_parquet_uri_is_absolute(parquet_rows: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(parquet_rows.parent)
     ds = StreamingDataset(parquet_rows.name, num_splits=2, rank=0, world_size=1)
     assert ds.source.spec.uri == str(parquet_rows)
-    assert all(Path(f).is_absolute() for f in ds.source.spec.data[0])
+    assert all(Path(f).is_absolute() for f in ds.source.spec.data.files)
+
+
+@pytest.mark.slow  # a DataLoader worker
+def test_hive_partitioned_parquet_keeps_its_partition_column_in_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = make_rows(0, 300).append_column("year", pa.array([2020 + i % 3 for i in range(300)]))
+    pads.write_dataset(rows, tmp_path / "hive", format="parquet", partitioning=["year"],
+                       partitioning_flavor="hive")  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    source = pads.dataset("hive", format="parquet", partitioning="hive")
+    ds = StreamingDataset(source, num_splits=2, rank=0, world_size=1)
+    pairs = sorted(
+        (i, y)
+        for batch in StreamingDataLoader(ds, batch_size=50, num_workers=1)
+        for i, y in zip(batch["id"].tolist(), batch["year"].tolist(), strict=True)
+    )
+    assert pairs == [(i, 2020 + i % 3) for i in range(300)]
 
 
 @given(
@@ -122,3 +141,18 @@ def test_redact_hides_option_and_environment_secrets(monkeypatch: pytest.MonkeyP
     options = {"endpoint": "http://127.0.0.1:9", "aws_secret_access_key": "opt-secret-value"}
     text = redact("GET http://127.0.0.1:9 key=opt-secret-value env=env-secret-value", options)
     assert text == "GET http://127.0.0.1:9 key=*** env=***"
+
+
+@pytest.mark.parametrize(
+    ("error", "hint"),
+    [
+        ("error sending request in 661.403551ms, after 3 retries", "'endpoint'"),
+        ("Failed to resolve region for bucket 'b'", "'region'"),
+        ("Failed to get AWS credentials: CredentialsNotLoaded", "credentials"),
+        ("Server returned non-2xx status code: 403 Forbidden", "credentials"),
+    ],
+)
+def test_unreachable_names_the_likely_option(error: str, hint: str) -> None:
+    options = {"endpoint": "http://127.0.0.1:9", "allow_http": "true", "region": "us-east-1"}
+    message = str(unreachable("s3://b/t.lance", options, OSError(error)))
+    assert f"Likely missing or wrong: {hint}" in message and "'s3://b/t.lance'" in message

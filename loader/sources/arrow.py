@@ -141,13 +141,21 @@ def _schema_difference(expected: pa.Schema, found: pa.Schema) -> str | None:
     return None
 
 
-def check_schemas(dataset: pads.FileSystemDataset, uri: str) -> None:
+def partition_columns(dataset: pads.FileSystemDataset) -> set[str]:
+    """Columns whose values live in folder names (hive `key=value`), not in the files."""
+    partitioning = dataset.partitioning
+    return set(partitioning.schema.names) if partitioning is not None else set()
+
+
+def check_schemas(dataset: pads.FileSystemDataset, uri: str, in_paths: set[str]) -> None:
     """Every file has the dataset's columns with the same types, else name the first that differs.
 
     pyarrow takes the schema from one file and casts or drops the others' columns silently.
+    Partition columns (hive `key=value` folders) live in paths, not files, and are left out.
     """
+    expected = pa.schema([f for f in dataset.schema if f.name not in in_paths])
     for fragment in dataset.get_fragments():
-        difference = _schema_difference(dataset.schema, fragment.physical_schema)
+        difference = _schema_difference(expected, fragment.physical_schema)
         if difference is not None:
             raise ValueError(
                 f"Parquet file {fragment.path!r} in {uri!r} {difference}: the files of one "
@@ -218,23 +226,34 @@ def _open_parquet(source: Any, options: dict[str, str] | None) -> pads.FileSyste
         raise
 
 
+def _with_absolute_paths(dataset: pads.FileSystemDataset) -> pads.FileSystemDataset:
+    """The same files (and partition values) by absolute paths."""
+    fragments = list(dataset.get_fragments())
+    return pads.FileSystemDataset.from_paths(
+        [normalise_uri(f.path) for f in fragments],
+        schema=dataset.schema,
+        format=dataset.format,
+        filesystem=dataset.filesystem,
+        partitions=[f.partition_expression for f in fragments],
+    )
+
+
 def resolve_parquet(source: Any, request: SourceRequest) -> ResolvedSource:
     """Parquet files: a path or URI (object stores take the same storage_options as Lance),
     or a `pyarrow.dataset.FileSystemDataset` (its own filesystem is kept)."""
     if isinstance(source, str | os.PathLike):
         source = _open_parquet(source, request.storage_options)
+    in_paths = partition_columns(source)  # before a rebuild, which forgets the partitioning
     local = source.filesystem.type_name == "local"
     if local and not all(os.path.isabs(f) for f in source.files):  # the cwd may change later
-        source = pads.dataset([normalise_uri(f) for f in source.files], schema=source.schema,
-                              format=source.format, filesystem=source.filesystem)  # fmt: skip
+        source = _with_absolute_paths(source)
     uri = _dataset_uri(source)
-    check_schemas(source, uri)
+    check_schemas(source, uri, in_paths)
     check_columns(request.columns, source.schema.names, f"the Parquet dataset {uri!r}")
     n, rows = _filtered(source, request.filter)
-    data = (tuple(source.files), source.schema, source.filesystem)
     spec = SourceSpec(
         "parquet", uri, None, None, request.columns, files_fingerprint(source),
-        storage_options=request.storage_options, data=data,
+        storage_options=request.storage_options, data=source,
     )  # fmt: skip
     return ResolvedSource(spec, n, rows, _filter_text(request.filter))
 
@@ -244,9 +263,9 @@ def open_arrow(spec: SourceSpec) -> RowSource:
 
 
 def open_parquet(spec: SourceSpec) -> RowSource:
-    files, schema, filesystem = spec.data
-    dataset = pads.dataset(list(files), schema=schema, format="parquet", filesystem=filesystem)
-    return ArrowRows(dataset, spec.columns, spec.uri, spec.storage_options)
+    """The dataset itself travels to workers: it pickles with its files, partition values
+    and filesystem (an S3 filesystem with its options)."""
+    return ArrowRows(spec.data, spec.columns, spec.uri, spec.storage_options)
 
 
 ARROW = Backend(

@@ -64,14 +64,25 @@ def describe_options(options: dict[str, str] | None) -> str:
     return "storage_options with keys " + ", ".join(sorted(options)) + " (values not shown)"
 
 
+# Phrases of S3 errors (object_store, pyarrow) that point at one option. Whole phrases, not
+# bare status codes: "403" also occurs in request timings such as "in 661.403551ms".
+_REGION_ERRORS = ("resolve region", "authorizationheadermalformed", "permanentredirect")
+_AUTH_ERRORS = (
+    "credential", "forbidden", "access denied", "accessdenied", "invalidaccesskeyid",
+    "signaturedoesnotmatch", "status code: 403",
+)  # fmt: skip
+
+
 def _likely_missing(uri: str, options: dict[str, str] | None, error: str) -> str:
-    keys = set(options or {})
+    opts = options or {}
     lowered = error.lower()
-    if "region" in lowered or (uri.startswith("s3://") and not keys & {"region", "aws_region"}):
+    endpoint = opts.get("endpoint") or opts.get("aws_endpoint") or ""
+    no_region = uri.startswith("s3://") and not opts.keys() & {"region", "aws_region"}
+    if no_region or any(phrase in lowered for phrase in _REGION_ERRORS):
         return "'region' (e.g. storage_options={'region': 'us-east-1', ...})"
-    if any(w in lowered for w in ("403", "forbidden", "credential", "signature", "access denied")):
+    if any(phrase in lowered for phrase in _AUTH_ERRORS):
         return "credentials ('aws_access_key_id'/'aws_secret_access_key', or a session token)"
-    if "http" in lowered and "allow_http" not in keys and "http://" in str(options):
+    if endpoint.startswith("http://") and not opts.keys() & {"allow_http", "aws_allow_http"}:
         return "'allow_http': 'true' for an http:// endpoint"
     return "'endpoint' (is the store's address right and is it running?) or credentials"
 
@@ -88,13 +99,15 @@ def unreachable(uri: str, options: dict[str, str] | None, err: BaseException) ->
 
 
 def pyarrow_filesystem(uri: str, options: dict[str, str] | None) -> tuple[Any, str]:
-    """A pyarrow filesystem for `uri` with the same options mapped, and the path inside it."""
+    """A pyarrow filesystem for `uri` and the path inside it: S3 through the same mapping of
+    Lance-style options as checkpoint files (`loader.storage`), other stores by pyarrow's
+    own configuration."""
     from pyarrow import fs
 
     if not is_object_store(uri):
         return fs.LocalFileSystem(), normalise_uri(uri)
     scheme, rest = uri.split("://", 1)
     if scheme not in ("s3", "s3a"):
-        filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://: pyarrow's own config
+        filesystem, path = fs.FileSystem.from_uri(uri)  # gs://, az://
         return filesystem, path
     return fs.S3FileSystem(**s3_filesystem_args(options)), rest.rstrip("/")
