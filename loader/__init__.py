@@ -16,11 +16,14 @@ if TYPE_CHECKING:
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.plan import PlanSpec
+    from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.watchdog import DataWaitTimeout
 
 _EXPORTS = {
     "DataWaitTimeout": "loader.watchdog",
+    "PinnedVersionGoneError": "loader.sources.base",
     "PlanSpec": "loader.plan",
+    "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
@@ -30,7 +33,9 @@ _EXPORTS = {
 
 __all__ = [
     "DataWaitTimeout",
+    "PinnedVersionGoneError",
     "PlanSpec",
+    "SourceUnreachableError",
     "StreamingDataLoader",
     "StreamingDataset",
     "check_world_size",

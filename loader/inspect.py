@@ -77,6 +77,7 @@ def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
         ("  table", f"{source.get('table') or '-'}, {pinned}"),
         ("  columns", ", ".join(map(str, columns)) if columns else "all"),
         ("  fingerprint", source.get("fingerprint") or "-"),
+        ("  version id", source.get("version_id") or "-"),  # Lance: what a recreate changes
     ]
 
 

@@ -50,6 +50,7 @@ def make_state(num_splits: int = 8, epoch: int = 2, step: int = 10, **changes: A
             "version": 7,
             "columns": ["id", "label"],
             "fingerprint": None,
+            "version_id": "sha256:5eed",
         },
         "epoch": epoch,
         "cursors": [(3 * s) % 11 + step for s in range(num_splits)],
@@ -461,6 +462,7 @@ def test_inspect_prints_plan_source_progress_and_world_sizes(
         "cursor min 0 / median 35 / max 125 of 125 per split",
         "  read        335 rows, 33.5% of epoch, 1 of 8 splits finished",
         "world sizes 1, 2, 4, 8 (those dividing S=8)",
+        "  version id  sha256:5eed",
     ]:
         assert expected in out, f"{expected!r} missing from:\n{out}"
 

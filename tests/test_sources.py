@@ -156,3 +156,12 @@ def test_unreachable_names_the_likely_option(error: str, hint: str) -> None:
     options = {"endpoint": "http://127.0.0.1:9", "allow_http": "true", "region": "us-east-1"}
     message = str(unreachable("s3://b/t.lance", options, OSError(error)))
     assert f"Likely missing or wrong: {hint}" in message and "'s3://b/t.lance'" in message
+
+
+def test_the_errors_a_job_may_catch_are_public() -> None:
+    import loader
+    from loader.sources import base
+
+    assert loader.SourceUnreachableError is base.SourceUnreachableError
+    assert loader.PinnedVersionGoneError is base.PinnedVersionGoneError
+    assert {"SourceUnreachableError", "PinnedVersionGoneError"} <= set(loader.__all__)
