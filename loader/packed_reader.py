@@ -27,7 +27,7 @@ import torch
 from numpy.typing import NDArray
 
 from loader.convert import ragged_parts
-from loader.kernels.ragged import _pack_blocks
+from loader.kernels.ragged import PackedArrays, _pack_blocks
 from loader.packing import EpochBlocks, PackedTokens
 from loader.plan import PlanSpec
 from loader.reader import BatchReader
@@ -80,14 +80,6 @@ def cu_seqlens(
 
 
 Fields = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
-Blocks = tuple[
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-]
 
 
 def packed_batch(fields: Fields, cu: NDArray[np.int32]) -> dict[str, torch.Tensor]:
@@ -114,7 +106,7 @@ class PackedReader(BatchReader):
         super().__init__(source, plan, None, "raise", batch_transform)
         self.packing = packing
 
-    def blocks(self, task: BatchTask, sub_reads: int = 1) -> Blocks:
+    def blocks(self, task: BatchTask, sub_reads: int = 1) -> PackedArrays:
         """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream
         order, and the piece starts that make `cu_seqlens` (see `_pack_blocks`)."""
         spec = self.packing.spec

@@ -11,6 +11,16 @@ from numpy.typing import NDArray
 
 from loader.kernels.config import njit
 
+# What `_pack_blocks` returns: six int64 arrays (see its docstring for each).
+PackedArrays = tuple[
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]
+
 
 @njit
 def _ragged_take(
@@ -41,14 +51,7 @@ def _pack_blocks(
     eos_id: int,
     pad_id: int,
     ignore: int,
-) -> tuple[
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-    NDArray[np.int64],
-]:
+) -> PackedArrays:
     """Blocks of `seq_len` tokens from documents, each followed by `eos_id`, in one pass.
 
     Block b holds documents `doc_rows[block_docs[b]:block_docs[b + 1]]` (rows of the ragged
