@@ -18,7 +18,8 @@ import orjson
 import pyarrow as pa
 
 from dashboard.collector.models import EventIn
-from dashboard.collector.store import SCHEMA, Store
+from dashboard.collector.schema import SCHEMA
+from dashboard.collector.store import Store
 from dashboard.launch import start_dashboard
 from loader import StreamingDataLoader, StreamingDataset
 from tests.net import wait_until

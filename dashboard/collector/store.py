@@ -29,50 +29,11 @@ from typing import Any
 import orjson
 
 from dashboard.collector.models import EventIn
+from dashboard.collector.schema import SCHEMA, TABLES, add_columns, connect
 from loader.wire import CLOSED, PROGRESS
 
 ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
-TABLES = ("runs", "ranks", "samples", "rollup", "events")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  run_id TEXT PRIMARY KEY, first_ts REAL, last_ts REAL, num_splits INTEGER,
-  rows_per_split INTEGER, batch_size INTEGER, world_size INTEGER, world_since REAL,
-  prev_world_size INTEGER, events INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS ranks (
-  run_id TEXT, world_size INTEGER, rank INTEGER, ts REAL, host TEXT, local_rank INTEGER,
-  num_workers INTEGER, epoch INTEGER, step INTEGER, lo INTEGER, hi INTEGER, cursors BLOB,
-  rows_per_s REAL, PRIMARY KEY (run_id, world_size, rank)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS samples (
-  run_id TEXT, rank INTEGER, ts REAL, step INTEGER, rows INTEGER, batches INTEGER,
-  wait_s REAL, interval_s REAL);
-CREATE INDEX IF NOT EXISTS samples_run_ts ON samples (run_id, ts);
-CREATE TABLE IF NOT EXISTS rollup (
-  run_id TEXT, rank INTEGER, bucket INTEGER, rows INTEGER, batches INTEGER, wait_s REAL,
-  interval_s REAL, PRIMARY KEY (run_id, bucket, rank)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY, run_id TEXT, ts REAL, kind TEXT, rank INTEGER, world_size INTEGER,
-  epoch INTEGER, step INTEGER, data BLOB);
-CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
-CREATE INDEX IF NOT EXISTS runs_last_ts ON runs (last_ts);
-"""
-# Columns added after the first release: ALTERed into older databases on open, so a
-# collector upgrade keeps the runs it already has.
-ADDED_COLUMNS = (
-    ("runs", "total_epochs", "INTEGER"),
-    ("runs", "total_steps", "INTEGER"),
-    ("ranks", "global_step", "INTEGER"),
-    ("ranks", "interval_s", "REAL"),
-    ("events", "global_step", "INTEGER"),
-    # packed data: tokens per block; the rank's tokens this epoch and blocks per split; the
-    # tokens handed out in a sample / rollup bucket (NULL for row data)
-    ("runs", "seq_len", "INTEGER"),
-    ("ranks", "tokens", "INTEGER"),
-    ("ranks", "blocks_per_split", "INTEGER"),
-    ("samples", "tokens", "INTEGER"),
-    ("rollup", "tokens", "INTEGER"),
-)
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
 
@@ -144,21 +105,6 @@ class TooManyNewRuns(ValueError):
     """More new runs in the last minute than allowed: retention must not be flushed by spam."""
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
-
-
-def _add_columns(conn: sqlite3.Connection) -> None:
-    for table, column, kind in ADDED_COLUMNS:
-        have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
-        if column not in have:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-
-
 class Store:
     """The collector's only access to SQLite; methods return plain rows and dicts."""
 
@@ -167,9 +113,9 @@ class Store:
         self.retention = retention or Retention()
         self._created: deque[float] = deque()  # monotonic times of recent new runs
         self._pruned_at = 0.0
-        self._write = _connect(self.path)
+        self._write = connect(self.path)
         self._write.executescript(SCHEMA)
-        _add_columns(self._write)
+        add_columns(self._write)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -177,7 +123,7 @@ class Store:
     def _read(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = _connect(self.path)
+            conn = self._local.conn = connect(self.path)
             with self._lock:
                 self._readers.append(conn)
         return conn
