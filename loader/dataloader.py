@@ -397,12 +397,15 @@ class StreamingDataLoader(DataLoader[Any]):
         }
 
     def _tokens(self) -> dict[str, int]:
-        """Tokens handed out this epoch on this rank and the epoch's blocks per split (what
-        the cursors count up to), when packing (for the dashboard)."""
+        """Tokens of this rank's splits handed out this epoch (their block cursors times the
+        block length: exact, a short last batch included) and the epoch's blocks per split
+        (what the cursors count up to), when packing (for the dashboard)."""
         ds = self.streaming_dataset
         if ds.packing is None:
             return {}
-        tokens = self.progress.step * self.batch_size * ds.packing.spec.seq_len
+        splits = ds.splits
+        blocks = sum(self.progress.cursors[splits.start : splits.stop])
+        tokens = blocks * ds.packing.spec.seq_len
         return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
 
 

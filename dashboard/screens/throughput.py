@@ -16,14 +16,14 @@ def _pct(share: float) -> str:
     return f"{share:.0%}"
 
 
-def _verdict(data: dict[str, Any]) -> None:
+def _verdict(data: dict[str, Any], unit: str) -> None:
     verdict = data["input"]["verdict"]
     (st.warning if data["input"]["bound"] else st.success)(f"Data wait: {verdict}.")
     if data["stragglers"]:
         rows = [
             {
                 "rank": f"rank {s['rank']}",
-                "rows/s": f"{s['rows_per_s']:,.0f}",
+                unit: f"{s['rows_per_s']:,.0f}",
                 "waiting for data": _pct(s["stall_frac"]),
                 "why": s["reason"],
             }
@@ -41,11 +41,11 @@ def live(window_s: int) -> None:
     data = ui.fetch("throughput", run_id, window_s=window_s, points=120) if run_id else None
     if data is None:
         return
-    _verdict(data)
     tokens_per_s = data.get("tokens_per_s")
-    if tokens_per_s is not None:  # packed data: the band counts blocks of seq_len tokens
+    unit = "rows/s" if tokens_per_s is None else "blocks/s"  # packed: blocks of seq_len tokens
+    _verdict(data, unit)
+    if tokens_per_s is not None:
         st.metric("tokens/s (job, last 30 s)", f"{tokens_per_s:,.0f}")
-    unit = "rows/s" if tokens_per_s is None else "blocks/s"
     ui.show(charts.band_chart(data["band"], f"{unit} per rank", data["crashed_at"]))
     ui.show(charts.wait_chart(data["band"]))
     slowest = [
