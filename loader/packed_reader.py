@@ -19,7 +19,6 @@ A batch is a dict of (B, seq_len) int64 tensors and one int32 vector:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -101,9 +100,8 @@ class PackedReader(BatchReader):
         source: ResolvedSource,
         plan: PlanSpec,
         packing: PackedTokens,
-        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
-        super().__init__(source, plan, None, "raise", batch_transform)
+        super().__init__(source, plan, None, "raise")
         self.packing = packing
 
     def blocks(self, task: BatchTask, sub_reads: int = 1) -> PackedArrays:
@@ -152,6 +150,4 @@ class PackedReader(BatchReader):
             )
             for a, b in itertools.pairwise(bounds)
         ]
-        if self.batch_transform:
-            return [self.batch_transform(batch) for batch in batches]
         return batches

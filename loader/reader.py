@@ -40,7 +40,6 @@ class BatchReader(Dataset[list[Any]]):
         plan: PlanSpec,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         on_error: OnError = "raise",
-        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}; expected one of {list(ON_ERROR)}")
@@ -48,7 +47,6 @@ class BatchReader(Dataset[list[Any]]):
         self.plan = plan
         self.transform = transform
         self.on_error = on_error
-        self.batch_transform = batch_transform
         self._opened: RowSource | None = None
         self._pid = -1
         self._epoch_plan: EpochPlan | None = None
@@ -133,8 +131,6 @@ class BatchReader(Dataset[list[Any]]):
         else:
             whole = table_to_batch(table, restore)
             batches = [{k: v[a:b] for k, v in whole.items()} for a, b in spans]
-        if self.batch_transform:
-            return [self.batch_transform(batch) for batch in batches]
         return batches
 
     def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:
