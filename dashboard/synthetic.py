@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from loader import wire
 from loader.layout import owned_splits
 
 
@@ -72,7 +73,7 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
     for r in range(run.world_size) if run.world_size_before else ():
         yield {
             **_static(run, r),
-            "kind": "checkpoint_loaded",
+            "kind": wire.CHECKPOINT_LOADED,
             "ts": run.start_ts,
             **_position(run, run.start_rows),
             "data": {"world_size_before": run.world_size_before, "path": "ckpt.json"},
@@ -87,7 +88,7 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
             wait = 0.6 if r == run.slow_rank else 0.02
             yield {
                 **_static(run, r),
-                "kind": "progress",
+                "kind": wire.PROGRESS,
                 "ts": ts,
                 **_position(run, done[r]),
                 "splits": [owned[r].start, owned[r].stop],
@@ -101,14 +102,14 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
             if run.checkpoint_every and t % run.checkpoint_every == 0:
                 yield {
                     **_static(run, r),
-                    "kind": "checkpoint_saved",
+                    "kind": wire.CHECKPOINT_SAVED,
                     "ts": ts,
                     **_position(run, done[r]),
                     "data": {"path": f"checkpoints/step-{int(done[r] // run.batch_size):06d}.json"},
                 }
     end = run.start_ts + run.seconds
     for r in range(run.world_size) if run.closed else ():
-        ev = {**_static(run, r), "kind": "closed", "ts": end, **_position(run, done[r])}
+        ev = {**_static(run, r), "kind": wire.CLOSED, "ts": end, **_position(run, done[r])}
         yield ev | {"data": {"reason": "close"}}
 
 

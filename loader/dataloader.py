@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from loader import args
+from loader import args, wire
 from loader.dataset import StreamingDataset
 from loader.mainguard import check_main_guard
 from loader.packing import default_read_size
@@ -252,7 +252,7 @@ class StreamingDataLoader(DataLoader[Any]):
             waited = time.perf_counter()
         if self._telemetry is not None:
             self._telemetry.event(
-                "epoch_end", epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
+                wire.EPOCH_END, epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
             )
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
@@ -331,7 +331,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.streaming_dataset.load_state_dict(state, drop_last=self.drop_last)
         if self._telemetry is not None:
             self._telemetry.event(
-                "checkpoint_loaded",
+                wire.CHECKPOINT_LOADED,
                 world_size_before=before,
                 world_size_after=self.streaming_dataset.world_size,
                 step=state.get("step"),
@@ -343,7 +343,7 @@ class StreamingDataLoader(DataLoader[Any]):
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
         if self._telemetry is not None:
             self._telemetry.event(
-                "checkpoint_saved",
+                wire.CHECKPOINT_SAVED,
                 path=path,
                 step=self.step,
                 epoch=self.progress.epoch,

@@ -16,6 +16,7 @@ import numpy as np
 from dashboard.collector.status import public, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
 from dashboard.placement import RankRate, owners, stragglers
+from loader import wire
 from loader.layout import supported_world_sizes
 
 MAX_POINTS = 2000
@@ -389,12 +390,12 @@ def _crash(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _label(kind: str, epoch: int | None, step: int | None, world: int, before: int | None) -> str:
     at = f" at step {step:,}" if step is not None else ""
-    if kind == "checkpoint_loaded":
+    if kind == wire.CHECKPOINT_LOADED:
         moved = f"W {before} → {world}" if before is not None else f"W {world}"
         return f"resumed: {moved}{at}"
-    if kind == "checkpoint_saved":
+    if kind == wire.CHECKPOINT_SAVED:
         return f"checkpoint saved (W {world}){at}"
-    if kind == "epoch_end":
+    if kind == wire.EPOCH_END:
         # counted from 1 on the pages, as in "epoch 3 of 3" (the loader's epoch 0 is epoch 1)
         return f"epoch {epoch + 1} ended{at}" if epoch is not None else f"epoch ended{at}"
     return f"{kind.replace('_', ' ')}{at}"
