@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from loader import args, wire
 from loader.dataset import StreamingDataset
+from loader.layout import check_world_size, owned_splits, slice_bounds
 from loader.mainguard import check_main_guard
 from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
@@ -30,6 +31,7 @@ from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids,
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
+_DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
 _PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
 _IN_ORDER = (
     "in_order=False hands out batches in the order workers finish them, but the state "
@@ -112,6 +114,10 @@ class StreamingDataLoader(DataLoader[Any]):
     Args:
         dataset: the StreamingDataset of this rank.
         batch_size: rows per batch on this rank (the global batch is W * batch_size).
+        global_batch_size: G, the rows of one step on all ranks, instead of batch_size:
+            with G a multiple of num_splits any world size up to G works (rank r takes
+            rows [r*G//W, (r+1)*G//W) of each step, so per-rank batches differ by at most
+            one where W does not divide G; `loss_scale` makes the gradient exact).
         num_workers: worker processes; they change nothing in what is yielded.
         drop_last: drop this epoch's final short batch.
         shuffle: accepted for LitData/torch code when it agrees with the dataset's plan
@@ -148,10 +154,11 @@ class StreamingDataLoader(DataLoader[Any]):
     def __init__(
         self,
         dataset: StreamingDataset,
-        batch_size: int = 1,
+        batch_size: Any = _DEFAULT_BATCH,
         num_workers: int = 0,
         drop_last: bool = False,
         *,
+        global_batch_size: int | None = None,
         shuffle: bool | None = None,
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
@@ -171,17 +178,18 @@ class StreamingDataLoader(DataLoader[Any]):
             warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
             reads_in_flight = kwargs.pop("read_ahead")
         _check_torch_kwargs(dataset, shuffle, kwargs)
-        batch_size = args.integer("batch_size", batch_size, 1)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
-        self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
+        self._batching = _batching(dataset, batch_size, global_batch_size, drop_last)
+        self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer("reads_in_flight", reads_in_flight, 0)
         if reads_in_flight is None:
             reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
             read_size = default_read_size(dataset.packing)
-        self.batches_per_read = max(1, args.integer("read_size", read_size, 1) // batch_size)
+        read_size = args.integer("read_size", read_size, 1)
+        self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         self._workers_read: Any = None  # what persistent workers were started on
@@ -204,7 +212,22 @@ class StreamingDataLoader(DataLoader[Any]):
     # these report the loader's own values.
     @property
     def batch_size(self) -> int:
-        return self._batching.batch_size
+        """Rows of this rank's batch in a full step (G // W or one more where W does not
+        divide G)."""
+        ds = self.streaming_dataset
+        lo, hi = slice_bounds(ds.rank, ds.world_size, self.global_batch_size)
+        return hi - lo
+
+    @property
+    def global_batch_size(self) -> int:
+        """G: rows of one full step on all ranks."""
+        return self._batching.global_rows(self.streaming_dataset.world_size)
+
+    @property
+    def splits(self) -> range:
+        """The splits this rank reads from (whole, or in part where a split is shared)."""
+        ds = self.streaming_dataset
+        return owned_splits(ds.rank, ds.world_size, ds.num_splits, self.global_batch_size)
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
@@ -243,8 +266,9 @@ class StreamingDataLoader(DataLoader[Any]):
         for index, batch in enumerate(self._batches(stream)):
             if not self.progress.is_current(stream):
                 return  # a state was loaded or another iteration started: this one is over
-            epoch_steps = self.progress.step + 1  # the record may roll over to the next epoch
-            self.progress.record(stream.task_rows(index), stream)
+            self.progress.record(stream)
+            epoch_steps = self.progress.step
+            self.loss_scale = stream.world_size / stream.global_rows(index)
             if self._telemetry is not None:
                 now = time.perf_counter()
                 self._telemetry.on_batch(stream.task_rows(index), now - waited)
@@ -375,6 +399,7 @@ class StreamingDataLoader(DataLoader[Any]):
             "num_splits": ds.num_splits,
             "rows_per_split": ds.rows_per_split,
             "batch_size": self.batch_size,
+            "global_batch_size": self.global_batch_size,
             **job_length(total_epochs, total_steps),
         }
         if ds.packing is not None:
@@ -385,8 +410,7 @@ class StreamingDataLoader(DataLoader[Any]):
         return client
 
     def _snapshot(self) -> dict[str, Any]:
-        ds = self.streaming_dataset
-        splits = ds.splits
+        splits = self.splits
         return {
             "epoch": self.progress.epoch,
             "step": self.step,
@@ -403,10 +427,37 @@ class StreamingDataLoader(DataLoader[Any]):
         ds = self.streaming_dataset
         if ds.packing is None:
             return {}
-        splits = ds.splits
+        splits = self.splits
         blocks = sum(self.progress.cursors[splits.start : splits.stop])
         tokens = blocks * ds.packing.spec.seq_len
         return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
+
+
+def _batching(
+    dataset: StreamingDataset,
+    batch_size: int | None,
+    global_batch_size: int | None,
+    drop_last: bool,
+) -> Batching:
+    """The loader's batching from batch_size (per rank) or global_batch_size (G), checked
+    against the dataset's layout (`loader.layout` says which world sizes fit)."""
+    drop_last = args.boolean("drop_last", drop_last)
+    world, splits = dataset.world_size, dataset.num_splits
+    if global_batch_size is None:
+        batch_size = args.integer("batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1)
+        check_world_size(splits, world, batch_size * world)
+        return Batching(batch_size, drop_last)
+    global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
+    if batch_size is not _DEFAULT_BATCH:
+        batch_size = args.integer("batch_size", batch_size, 1)
+        if batch_size * world != global_batch_size:
+            raise ValueError(
+                f"batch_size={batch_size} on world_size={world} makes a global batch of "
+                f"{batch_size * world}, not global_batch_size={global_batch_size}; pass one "
+                f"of them"
+            )
+    check_world_size(splits, world, global_batch_size)
+    return Batching(None, drop_last, global_batch_size)
 
 
 def _check_torch_kwargs(

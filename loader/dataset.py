@@ -83,7 +83,6 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 f"of GPUs needs the same num_splits; set it explicitly (e.g. num_splits=48)",
                 stacklevel=2,
             )
-        check_world_size(num_splits, self.world.world_size)
         columns = args.columns(columns)
         self._pack = pack_spec(
             pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, num_splits
@@ -204,8 +203,26 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     @property
     def splits(self) -> range:
-        """The splits this rank owns."""
-        return owned_splits(self.rank, self.world_size, self.num_splits)
+        """The splits this rank reads when iterated row by row (a StreamingDataLoader's
+        `splits` says which it reads with its global batch)."""
+        return owned_splits(self.rank, self.world_size, self.num_splits, self._row_global())
+
+    def _row_global(self) -> int | None:
+        """The global batch of row-by-row iteration: none (one row a rank) where W divides
+        S; otherwise a step of one row of every split, for the state's `skipped` only."""
+        if self.num_splits % self.world_size == 0:
+            return None
+        return self.num_splits * -(-self.world_size // self.num_splits)
+
+    def row_batching(self, read_size: int = 1) -> Batching:
+        """How row-by-row iteration cuts the stream: `read_size` rows per read."""
+        if self._row_global() is not None:
+            raise ValueError(
+                f"iterating a StreamingDataset row by row needs world_size={self.world_size} "
+                f"to divide num_splits={self.num_splits}; for any world size, batch it with "
+                f"StreamingDataLoader(ds, global_batch_size=G), G a multiple of num_splits"
+            )
+        return Batching(read_size, False)
 
     @property
     def epoch(self) -> int:
@@ -250,7 +267,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
-        return self.make_state(ROWS)
+        global_batch = self._row_global()
+        return self.make_state(ROWS if global_batch is None else Batching(None, False, global_batch))
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
         """Validate `state` against this dataset and move to it (effective at the next iteration).
@@ -277,7 +295,6 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         fields.extend(PACK_FIELDS)
         st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
         st.check_cursors(state, plan.num_splits, plan.rows_per_split)
-        check_world_size(plan.num_splits, self.world_size)
         if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
         if self.packing is None:
@@ -299,7 +316,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     # -- rows ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self.progress.peek(ROWS).rows
+        return self.progress.peek(self.row_batching()).rows
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's remaining rows of the epoch; the position follows the rows yielded.
@@ -311,14 +328,15 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         if self.packing is not None:
             yield from self._iter_blocks(info)
             return
-        reads = Batching(ROW_READ_SIZE, False)  # the same rows as ROWS, read 1024 at a time
-        stream = self.progress.start(reads) if info is None else self.progress.peek(reads)
+        rows = self.row_batching()
+        stream = self.progress.start(rows) if info is None else self.progress.peek(rows)
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for index in range(worker, stream.num_batches, workers):
-            table, restore = self.reader.read(self.reader.positions(stream.task(index)))  # one read
+        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
+            task = stream.task(first, ROW_READ_SIZE)  # a batch is a row: one read of 1024
+            table, restore = self.reader.read(self.reader.positions(task))
             for row in table.take(pa.array(restore)).to_pylist():
                 if info is None:
-                    self.progress.record(1, stream)
+                    self.progress.record(stream)
                 if self.transform is None:
                     yield row
                     continue
@@ -332,12 +350,13 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
         """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""
-        stream = self.progress.start(ROWS) if info is None else self.progress.peek(ROWS)
+        rows = self.row_batching()
+        stream = self.progress.start(rows) if info is None else self.progress.peek(rows)
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
             for batch in self.reader[stream.task(first, ROW_READ_SIZE)]:
                 if info is None:
-                    self.progress.record(1, stream)
+                    self.progress.record(stream)
                 yield {k: v if k == "cu_seqlens" else v[0] for k, v in batch.items()}
 
     def __repr__(self) -> str:

@@ -137,9 +137,19 @@ def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
                      f"of {length:,}{' documents' if packed else ''} per split"),
         ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
                    f"splits finished; skipped {skipped}"),
-        ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
-                       f"(those dividing S={s})"),
+        ("resumes on", _resumes_on(state, s)),
     ]  # fmt: skip
+
+
+def _resumes_on(state: dict[str, Any], num_splits: int) -> str:
+    """Any W <= G with a global batch G that is a multiple of S; the divisors of S with any."""
+    saved = state.get(st.KEY_GLOBAL_BATCH)
+    by = f", saved with G={saved:,}" if isinstance(saved, int) else ""
+    divisors = ", ".join(map(str, supported_world_sizes(num_splits)))
+    return (
+        f"any W <= G with a global batch G that is a multiple of S={num_splits}{by}; "
+        f"with any other batch, world sizes {divisors} (those dividing S={num_splits})"
+    )
 
 
 def _token_texts(state: dict[str, Any]) -> tuple[str, str]:

@@ -9,23 +9,13 @@ same step, and a state is built from one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from loader import state as st
-from loader.stream import RankStream
+from loader.stream import ROWS, Batching, RankStream, rank_stream
 from loader.world import World
 
-
-@dataclass(frozen=True)
-class Batching:
-    """How a stream is cut: `batch_size` rows a batch, `drop_last` the short final one."""
-
-    batch_size: int
-    drop_last: bool
-
-
-ROWS = Batching(1, False)  # iterating the dataset itself: every row is a "batch" of one
+__all__ = ["ROWS", "Batching", "Progress"]
 
 
 class Progress:
@@ -54,7 +44,7 @@ class Progress:
         self._epoch = epoch
         self._cursors: tuple[int, ...] = (0,) * num_splits
         self._stream: RankStream | None = None
-        self._rows_done = 0  # of `_stream`
+        self._batches_done = 0  # of `_stream`
         self.step = 0
         self.global_step = 0
 
@@ -62,22 +52,35 @@ class Progress:
 
     @property
     def epoch(self) -> int:
+        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
         return self._epoch
 
     @property
     def cursors(self) -> tuple[int, ...]:
-        """Per-split cursors after the rows handed out so far."""
-        stream, done = self._stream, self._rows_done  # one read: telemetry's thread asks too
+        """Per-split cursors of `epoch` after the batches handed out so far."""
+        stream, done = self._stream, self._batches_done  # one read: telemetry's thread asks too
         if stream is None:
             return self._cursors
-        return tuple(stream.cursors_at(done))
+        return tuple(stream.cursors_after(done))
+
+    @property
+    def ended(self) -> bool:
+        """Whether the batch in hand was its epoch's last (the next comes from epoch + 1)."""
+        stream = self._stream
+        return stream is not None and self._batches_done >= stream.num_batches
+
+    def position(self) -> tuple[int, tuple[int, ...], int]:
+        """Where the next batch comes from: (epoch, cursors, step of that epoch)."""
+        if self.ended:
+            return self._epoch + 1, (0,) * len(self._cursors), 0
+        return self._epoch, self.cursors, self.step
 
     def _settle(self) -> None:
-        self._cursors, self._stream, self._rows_done = self.cursors, None, 0
+        self._move(*self.position())
 
     def _move(self, epoch: int, cursors: tuple[int, ...], step: int) -> None:
         self._epoch, self._cursors, self.step = epoch, cursors, step
-        self._stream, self._rows_done = None, 0
+        self._stream, self._batches_done = None, 0
 
     def _next_epoch(self) -> None:
         self._move(self._epoch + 1, (0,) * len(self._cursors), 0)
@@ -85,7 +88,7 @@ class Progress:
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning, unless the position is already in it (then a
         running iteration carries on)."""
-        if epoch != self._epoch:
+        if epoch != self.position()[0]:
             self._move(epoch, (0,) * len(self._cursors), 0)
 
     # -- streams ------------------------------------------------------------------------
@@ -93,55 +96,49 @@ class Progress:
     def peek(self, batching: Batching) -> RankStream:
         """The stream an iteration would start now, without starting it."""
         w = self.world
-        length = self._units(self._epoch) if self._units is not None else self.rows_per_split
-        return RankStream(
-            self._epoch,
-            self.cursors,
-            length,
-            w.rank,
-            w.world_size,
-            batching.batch_size,
-            batching.drop_last,
-        )
+        epoch, cursors, _ = self.position()
+        length = self._units(epoch) if self._units is not None else self.rows_per_split
+        return rank_stream(epoch, cursors, length, w.rank, w.world_size, batching)
 
     def start(self, batching: Batching) -> RankStream:
         """The rest of this epoch from the current position; `record` then follows it."""
         self._settle()
         stream = self.peek(batching)
         self._stream = stream
-        if stream.rows == 0:  # nothing left on this world size: the epoch is over
+        if stream.num_batches == 0:  # nothing left on this world size: the epoch is over
             self._next_epoch()
         return stream
 
     def is_current(self, stream: RankStream) -> bool:
         return stream is self._stream
 
-    def record(self, rows: int, stream: RankStream) -> None:
-        """A batch of `rows` rows of `stream` reached the training loop (a stale stream,
-        replaced by a later `start` or a load, records nothing)."""
+    def record(self, stream: RankStream) -> None:
+        """The next batch of `stream` reached the training loop (a stale stream, replaced
+        by a later `start` or a load, records nothing). After the epoch's last batch the
+        epoch stays the batch's; the position (`position()`, the state) is the next one."""
         if stream is not self._stream:
             return
-        self._rows_done += rows
+        self._batches_done += 1
         self.step += 1
         self.global_step += 1
-        if self._rows_done >= stream.rows:
-            self._next_epoch()
 
     def batches(self, batching: Batching) -> int:
-        """Batches of this epoch: those handed out plus those to come."""
-        return self.step + self.peek(batching).num_batches
+        """Batches of the position's epoch: those handed out plus those to come."""
+        return self.position()[2] + self.peek(batching).num_batches
 
     # -- state --------------------------------------------------------------------------
 
     def state_dict(self, batching: Batching) -> dict[str, Any]:
         """The position part of the state (the dataset adds what identifies plan and source)."""
+        epoch, cursors, step = self.position()
         return {
-            st.KEY_EPOCH: self._epoch,
-            st.KEY_CURSORS: list(self.cursors),
+            st.KEY_EPOCH: epoch,
+            st.KEY_CURSORS: list(cursors),
             st.KEY_SKIPPED: self.peek(batching).skipped,
             st.KEY_WORLD_SIZE: self.world.world_size,
-            st.KEY_STEP: self.step,
+            st.KEY_STEP: step,
             st.KEY_GLOBAL_STEP: self.global_step,
+            st.KEY_GLOBAL_BATCH: batching.global_rows(self.world.world_size),
         }
 
     def load_state_dict(self, state: dict[str, Any], rows_per_split: int) -> None:

@@ -5,13 +5,16 @@ Every check of a state lives here (standard library only, so `loader.checkpoint`
 in itself, `check_plan`/`check_source`/`check_cursors` for whether it fits a dataset.
 
 The state is per split, never per rank: `{epoch, cursors[S]}` plus what identifies the
-plan and the source. It means the same on any world size that divides S.
+plan and the source. It means the same on any world size (`loader.layout` says which
+fit a global batch).
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+from loader.layout import fit_reason
 
 FORMAT = "elastic-loader/state"
 FORMAT_VERSION = 1
@@ -24,6 +27,7 @@ KEY_EPOCH = "epoch"
 KEY_CURSORS = "cursors"
 KEY_SKIPPED = "skipped"
 KEY_WORLD_SIZE = "world_size"
+KEY_GLOBAL_BATCH = "global_batch_size"  # G of the run that saved it
 KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 
@@ -50,6 +54,7 @@ def make_state(
         KEY_WORLD_SIZE: int(position[KEY_WORLD_SIZE]),
         KEY_STEP: int(position[KEY_STEP]),
         KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
+        KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
     }
 
 
@@ -109,13 +114,14 @@ def check_state(state: Any) -> None:
     packed = state[KEY_PLAN].get("pack_sequences") is not None
     skipped_limit = INT64_LIMIT - 1 if packed else num_splits * rows_per_split
     check_count(KEY_SKIPPED, state[KEY_SKIPPED], skipped_limit)
-    world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], num_splits, low=1)
-    if num_splits % world_size:
-        raise StateError(
-            KEY_WORLD_SIZE,
-            f"is {world_size}, which does not divide plan.num_splits={num_splits}: "
-            "no run of this plan can have saved it",
-        )
+    global_batch = None
+    if KEY_GLOBAL_BATCH in state:  # optional: states written before any W was allowed lack it
+        global_batch = check_count(KEY_GLOBAL_BATCH, state[KEY_GLOBAL_BATCH], low=1)
+    limit = num_splits if global_batch is None else global_batch
+    world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], limit, low=1)
+    reason = fit_reason(num_splits, world_size, global_batch)
+    if reason:
+        raise StateError(KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})")
     check_count(KEY_STEP, state[KEY_STEP])
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])

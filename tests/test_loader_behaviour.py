@@ -177,8 +177,12 @@ def test_transforms_and_on_error(lance_rows: Any) -> None:
 
 
 def test_bad_input_gets_clear_errors(lance_rows: Any, arrow_rows: pa.Table) -> None:
-    with pytest.raises(ValueError, match=r"world sizes \[1, 2, 3, 6\]"):
-        StreamingDataset(lance_rows, num_splits=6, rank=0, world_size=4)
+    four_of_six = StreamingDataset(lance_rows, num_splits=6, rank=0, world_size=4)
+    with pytest.raises(ValueError, match=r"multiple of num_splits.*world sizes \[1, 2, 3, 6\]"):
+        StreamingDataLoader(four_of_six, batch_size=2)  # G = 8: not a multiple of S = 6
+    with pytest.raises(ValueError, match=r"world_size=4 to divide num_splits=6"):
+        next(iter(four_of_six))  # row by row: W must divide S
+    assert len(StreamingDataLoader(four_of_six, global_batch_size=12)) == 50
     with pytest.raises(ValueError, match="smaller than num_splits=8"):
         StreamingDataset(lance_rows, num_splits=8, filter="id < 5")
     with pytest.raises(ValueError, match=r"unknown columns \['nope'\].*available columns"):

@@ -41,7 +41,10 @@ def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
     dl.load_state_dict(saved["state"])
     assert (dl.step, dl.global_step, len(dl)) == (5, 5, 19)
     assert ids(dl) == saved["rest"]
-    assert (dl.step, dl.global_step) == (0, 19)
+    # the batch in hand is epoch 0's 19th; the position after it is epoch 1's start
+    assert (dl.step, dl.global_step, dl.streaming_dataset.epoch) == (19, 19, 0)
+    state = dl.state_dict()
+    assert (state["epoch"], state["step"], set(state["cursors"])) == (1, 0, {0})
 
 
 def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_rows: Any) -> None:
@@ -51,7 +54,9 @@ def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_ro
     head = list(itertools.islice(dl, 3))
     assert len(head) == 3 and (dl.step, dl.global_step) == (3, 13)
     list(dl)  # a new `for` finishes epoch 1: 7 more
-    assert (dl.step, dl.global_step, dl.progress.epoch) == (0, 20, 2)
+    # the batch in hand is epoch 1's last; the position after it is epoch 2's start
+    assert (dl.step, dl.global_step, dl.progress.epoch) == (10, 20, 1)
+    assert dl.progress.position() == (2, (0, 0, 0, 0), 0)
     next(iter(dl))
     state = dl.state_dict()
     assert (state["step"], state["global_step"]) == (1, 21)
@@ -61,7 +66,7 @@ def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_ro
     resumed.load_state_dict(state)
     assert (resumed.step, resumed.global_step) == (1, 21)
     rest = list(resumed)
-    assert resumed.global_step == 21 + len(rest) and resumed.step == 0
+    assert resumed.global_step == 21 + len(rest) and resumed.step == 1 + len(rest)
 
 
 def test_a_load_takes_effect_when_the_next_iteration_starts(lance_rows: Any) -> None:
@@ -106,7 +111,8 @@ def test_the_dataset_and_its_loader_share_one_position(lance_rows: Any) -> None:
     dl = StreamingDataLoader(ds, batch_size=100)
     rest = [i for b in ids(dl) for i in b]
     assert sorted([r["id"] for r in rows] + rest) == list(range(600))
-    assert ds.epoch == 1 and dl.state_dict()["cursors"] == [0, 0, 0, 0]
+    assert ds.epoch == 0 and dl.state_dict()["cursors"] == [0, 0, 0, 0]
+    assert dl.state_dict()["epoch"] == 1
 
 
 def test_shuffle_seed_none_picks_a_seed_that_the_state_carries(arrow_rows: Any) -> None:

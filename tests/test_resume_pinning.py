@@ -242,15 +242,18 @@ def test_refused_state_leaves_the_loader_as_it_was(db: str, tmp_path: Path) -> N
     assert dl.streaming_dataset.num_rows == NUM_ROWS + 100
 
 
-def test_world_size_must_divide_num_splits(
+def test_world_size_must_divide_num_splits_unless_g_is_a_multiple_of_it(
     db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "ckpt.json"
     _read_then_save(_loader(_table(db)), path)
-    with pytest.raises(ValueError, match=r"world_size=3.*\[1, 2, 4, 8\]"):
-        _loader(_table(db), rank=0, world_size=3)
+    three = StreamingDataset(_table(db), num_splits=NUM_SPLITS, rank=0, world_size=3)
+    with pytest.raises(ValueError, match=r"world_size=3.*multiple of num_splits.*\[1, 2, 4, 8\]"):
+        StreamingDataLoader(three, batch_size=5)  # G = 15
+    assert StreamingDataLoader(three, global_batch_size=2 * NUM_SPLITS).batch_size == 5  # 5, 5, 6
     assert print_inspect(path) == 0
     out = capsys.readouterr().out
+    assert "any W <= G with a global batch G that is a multiple of S=8" in out
     assert "world sizes 1, 2, 4, 8" in out
     assert "items, version 1 (pinned)" in out
 
