@@ -23,6 +23,7 @@ from loader import args, wire
 from loader.dataset import StreamingDataset
 from loader.layout import check_world_size, owned_splits, slice_bounds
 from loader.mainguard import check_main_guard
+from loader.mixture import MixedDataset
 from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
@@ -170,9 +171,10 @@ class StreamingDataLoader(DataLoader[Any]):
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, StreamingDataset):
+        if not isinstance(dataset, StreamingDataset | MixedDataset):
             raise TypeError(
-                f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
+                f"StreamingDataLoader needs a StreamingDataset or a MixedDataset, got "
+                f"{type(dataset).__name__}"
             )
         if "read_ahead" in kwargs:
             warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
@@ -397,7 +399,7 @@ class StreamingDataLoader(DataLoader[Any]):
             "world_size": ds.world_size,
             "num_workers": self.num_workers,
             "num_splits": ds.num_splits,
-            "rows_per_split": ds.rows_per_split,
+            **({} if isinstance(ds, MixedDataset) else {"rows_per_split": ds.rows_per_split}),
             "batch_size": self.batch_size,
             "global_batch_size": self.global_batch_size,
             **job_length(total_epochs, total_steps),
@@ -410,6 +412,10 @@ class StreamingDataLoader(DataLoader[Any]):
         return client
 
     def _snapshot(self) -> dict[str, Any]:
+        if isinstance(self.streaming_dataset, MixedDataset):  # per dataset, not per split
+            mix = self.streaming_dataset
+            return {"epoch": mix.epoch, "step": self.step, "global_step": self.global_step,
+                    "mixture": mix.facts()}
         splits = self.splits
         return {
             "epoch": self.progress.epoch,
@@ -443,9 +449,10 @@ def _batching(
     against the dataset's layout (`loader.layout` says which world sizes fit)."""
     drop_last = args.boolean("drop_last", drop_last)
     world, splits = dataset.world_size, dataset.num_splits
+    fits = check_world_size if isinstance(dataset, StreamingDataset) else _mixture_fits
     if global_batch_size is None:
         batch_size = args.integer("batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1)
-        check_world_size(splits, world, batch_size * world)
+        fits(splits, world, batch_size * world)
         return Batching(batch_size, drop_last)
     global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
     if batch_size is not _DEFAULT_BATCH:
@@ -456,8 +463,13 @@ def _batching(
                 f"{batch_size * world}, not global_batch_size={global_batch_size}; pass one "
                 f"of them"
             )
-    check_world_size(splits, world, global_batch_size)
+    fits(splits, world, global_batch_size)
     return Batching(None, drop_last, global_batch_size)
+
+
+def _mixture_fits(num_splits: int, world_size: int, global_batch: int) -> None:
+    """A mixture's step is one layout of G rows: any W <= G (its datasets' S do not matter)."""
+    check_world_size(1, world_size, global_batch)
 
 
 def _check_torch_kwargs(

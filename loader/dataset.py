@@ -254,14 +254,28 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
 
     def make_state(self, batching: Batching) -> dict[str, Any]:
         """The state at the current position, for batches cut as `batching` says."""
-        position = self.progress.state_dict(batching)
+        return self._state_of(self.progress.state_dict(batching), batching.drop_last)
+
+    def state_at(self, epoch: int, cursors: list[int]) -> dict[str, Any]:
+        """The state of this dataset read alone on one rank at (epoch, cursors in units of
+        `units_per_split`): what a mixture saves for each of its datasets."""
+        position = {
+            st.KEY_EPOCH: epoch,
+            st.KEY_CURSORS: list(cursors),
+            st.KEY_SKIPPED: 0,
+            st.KEY_WORLD_SIZE: 1,
+            st.KEY_STEP: 0,
+            st.KEY_GLOBAL_STEP: 0,
+            st.KEY_GLOBAL_BATCH: self.num_splits,
+        }
+        return self._state_of(position, False)
+
+    def _state_of(self, position: dict[str, Any], drop_last: bool) -> dict[str, Any]:
         packed: dict[str, Any] = {}
         if self.packing is not None:  # block cursors as (document, token offset) per split
             blocks = self.packing.epoch(position[st.KEY_EPOCH])
             position[st.KEY_CURSORS], packed = packing_state(blocks, position[st.KEY_CURSORS])
-        state = st.make_state(
-            self.plan_identity(batching.drop_last), self.source.spec.identity(), position
-        )
+        state = st.make_state(self.plan_identity(drop_last), self.source.spec.identity(), position)
         state.update(packed)
         return state
 

@@ -126,3 +126,18 @@ def runs_order(runs: list[tuple[int, int, int]], length: int) -> list[int]:
     """Order indices of runs sorted by (level, split)."""
     pairs = sorted((level, s) for s, a, b in runs for level in range(a, b))
     return [s * length + level for level, s in pairs]
+
+
+def mix_counts(weights: list[int], counts: list[int], rows: int) -> list[int]:
+    """The mixture's row sequence, row by row in exact fractions (no periods skipped): the
+    next row goes to the source with the earliest deadline among those not ahead."""
+    from fractions import Fraction
+
+    total = sum(weights)
+    shares = [Fraction(w, total) for w in weights]
+    out = list(counts)
+    for _ in range(rows):
+        i = sum(out) + 1  # the row being placed
+        ready = [k for k, s in enumerate(shares) if s > 0 and out[k] < i * s]
+        out[min(ready, key=lambda k: (-(-(out[k] + 1) // shares[k]), k))] += 1
+    return out

@@ -1,0 +1,517 @@
+"""MixedDataset: several StreamingDatasets read at set proportions, exactly resumable on any W.
+
+Each dataset keeps its own source, filter, columns and plan; the mixture decides only how
+many rows of each a global step holds (`loader.mixplan`) and goes into StreamingDataLoader
+like a dataset. Batches carry a `source` tensor (the dataset's index in `names`, per row or
+packed block). See docs/mixtures.md for the epoch, the state and changing weights at a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+import torch
+
+from loader import args
+from loader import mixture_state as ms
+from loader import state as st
+from loader.convert import Ragged
+from loader.dataset import StreamingDataset
+from loader.layout import slice_bounds
+from loader.mixplan import (
+    ALL_PASSES,
+    FIRST_PASS,
+    MixPlan,
+    MixPosition,
+    Piece,
+    SourceAt,
+    Weights,
+    rank_pieces,
+)
+from loader.plan import PlanSpec
+from loader.progress import Batching
+from loader.sources import ResolvedSource, SourceSpec
+from loader.stream import BatchTask
+from loader.world import World
+
+__all__ = ["CombinedStreamingDataset", "MixedDataset"]
+
+SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
+
+
+@dataclass(frozen=True, eq=False)
+class MixTask:
+    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, and for
+    every batch which of those tasks' batches it joins, in layout order."""
+
+    epoch: int
+    index: int
+    sizes: tuple[int, ...]
+    groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
+    layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
+
+
+def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> MixTask:
+    keys: dict[tuple[int, int], int] = {}
+    parts: list[list[Piece]] = []
+    layout = []
+    for pieces in steps:
+        items = []
+        for piece in pieces:
+            group = keys.setdefault((piece.source, piece.epoch), len(parts))
+            if group == len(parts):
+                parts.append([])
+            items.append((group, len(parts[group])))
+            parts[group].append(piece)
+        layout.append(tuple(items))
+    groups = []
+    for (source, pass_), pieces in zip(keys, parts, strict=True):
+        runs = np.concatenate([p.runs for p in pieces])
+        task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, tuple(len(p.runs) for p in pieces))
+        groups.append((source, task))
+    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
+
+
+class MixStream:
+    """The rest of a mixture epoch on one rank from a position: every step G rows, this
+    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface)."""
+
+    def __init__(self, plan: MixPlan, start: MixPosition, world: World, global_batch: int) -> None:
+        self.plan, self.start, self.global_batch = plan, start, global_batch
+        self.epoch = start.epoch
+        self.rank, self.world_size = world.rank, world.world_size
+        self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
+        self.num_batches = plan.steps_left(start, global_batch)
+
+    def global_rows(self, index: int) -> int:
+        return self.global_batch
+
+    def task_rows(self, index: int) -> int:
+        return self.hi - self.lo
+
+    def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
+        pos = self.start
+        for first in range(0, self.num_batches, batches_per_read):
+            steps = []
+            for _ in range(first, min(first + batches_per_read, self.num_batches)):
+                pos, segments = self.plan.step(pos, self.global_batch)
+                steps.append(rank_pieces(segments, self.lo, self.hi))
+            yield _mix_task(self.epoch, first, steps, self.hi - self.lo)
+
+
+class MixProgress:
+    """Where the mixture is: the position after the steps handed to the training loop (the
+    loader's progress interface: start, peek, record, step, global_step, epoch)."""
+
+    def __init__(self, mixture: MixedDataset, position: MixPosition) -> None:
+        self._mixture = mixture
+        self._pos = position
+        self._stream: MixStream | None = None
+        self._batch_epoch = position.epoch
+        self.step = position.step
+
+    @property
+    def world(self) -> World:
+        return self._mixture.world
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
+        return self._batch_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self._pos.global_step
+
+    def position(self) -> MixPosition:
+        return self._pos
+
+    def move(self, position: MixPosition) -> None:
+        self._pos, self._stream = position, None
+        self._batch_epoch, self.step = position.epoch, position.step
+
+    def peek(self, batching: Batching) -> MixStream:
+        g = batching.global_rows(self.world.world_size)
+        return MixStream(self._mixture.mix_plan, self._pos, self.world, g)
+
+    def start(self, batching: Batching) -> MixStream:
+        self.move(self._pos)
+        stream = self.peek(batching)
+        self._stream = stream
+        if stream.num_batches == 0:  # nothing left of this epoch: the next one
+            passes = tuple(s.epoch for s in self._pos.sources)
+            self.move(replace(self._pos, epoch=self._pos.epoch + 1, step=0, epoch_passes=passes))
+        return stream
+
+    def is_current(self, stream: Any) -> bool:
+        return stream is self._stream
+
+    def record(self, stream: Any) -> None:
+        if stream is not self._stream:
+            return
+        self._pos, _ = self._mixture.mix_plan.step(self._pos, stream.global_batch)
+        self._batch_epoch = stream.epoch
+        self.step += 1
+
+    def batches(self, batching: Batching) -> int:
+        return self._pos.step + self.peek(batching).num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch not in (self._pos.epoch, self._batch_epoch):
+            raise ValueError(
+                f"set_epoch({epoch}): a mixture is at epoch {self._pos.epoch}, and its datasets' "
+                "passes are not a function of the epoch; resume a mixture by loading its state"
+            )
+
+
+class MixReader:
+    """Reads a MixTask: one read per (dataset, pass) through that dataset's own reader, then
+    each batch joined in layout order with its `source` tensor."""
+
+    def __init__(self, readers: Sequence[Any]) -> None:
+        self.readers = tuple(readers)
+
+    def batches(self, task: MixTask, sub_reads: int = 1) -> list[Any]:
+        parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
+        out = []
+        for items in task.layout:
+            pieces = [parts[g][i] for g, i in items]
+            sources = [task.groups[g][0] for g, _ in items]
+            counts = [task.groups[g][1].sizes[i] for g, i in items]
+            out.append(join_batches(pieces, sources, counts))
+        return out
+
+    def __getitem__(self, task: MixTask) -> list[Any]:
+        return self.batches(task)
+
+
+def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:
+    """One batch from pieces of several datasets (same keys), plus the `source` of each row."""
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            raise TypeError(f"a mixture's datasets must give dict batches, got {type(piece).__name__}")
+        if piece.keys() != pieces[0].keys():
+            raise ValueError(
+                f"the datasets of a mixture must give the same columns: {sorted(pieces[0])} and "
+                f"{sorted(piece)}; pass columns=[...] to each StreamingDataset"
+            )
+    out: dict[str, Any] = {}
+    for key in pieces[0]:
+        values = [p[key] for p in pieces]
+        out[key] = values[0] if len(values) == 1 else _join(key, values)
+    out[SOURCE_FIELD] = torch.repeat_interleave(torch.tensor(sources), torch.tensor(counts))
+    return out
+
+
+def _join(key: str, values: list[Any]) -> Any:
+    if key == "cu_seqlens":  # packed: boundaries in each piece's flattened blocks
+        shifted, total = [], 0
+        for v in values:
+            shifted.append(v[:-1] + total)
+            total += int(v[-1])
+        return torch.cat([*shifted, torch.tensor([total], dtype=values[0].dtype)])
+    if isinstance(values[0], torch.Tensor):
+        return torch.cat(values)
+    if isinstance(values[0], Ragged):
+        starts = np.cumsum([0] + [int(v.offsets[-1]) for v in values[:-1]]).tolist()
+        offsets = [values[0].offsets[:1]] + [v.offsets[1:] + s for v, s in zip(values, starts, strict=True)]
+        return Ragged(torch.cat([v.values for v in values]), torch.cat(offsets))
+    if isinstance(values[0], list):
+        return [x for v in values for x in v]
+    raise TypeError(f"column {key!r}: cannot join values of type {type(values[0]).__name__}")
+
+
+@dataclass(frozen=True)
+class MixSources:
+    """The datasets' plans and pinned sources: what persistent workers must still match."""
+
+    plans: tuple[PlanSpec, ...]
+    specs: tuple[SourceSpec, ...]
+
+    @property
+    def shuffle(self) -> bool:
+        return all(plan.shuffle for plan in self.plans)
+
+
+class MixedDataset:
+    """Datasets mixed at `weights` (their shares of every global batch).
+
+    Args:
+        datasets: a list, or a name -> dataset dict, of StreamingDatasets (same rank and
+            world size; all packed with one seq_len, or none).
+        weights: one number >= 0 per dataset (ints, Fractions or floats; normalised). None:
+            proportional to the rows of each dataset's pass.
+        seed: None lays each step's rows out dataset by dataset in list order; an int
+            shuffles that order per step (which rank holds which dataset's rows), never
+            which rows the step holds.
+        steps_per_epoch: the mixture's epoch in global steps. None: the epoch ends with the
+            step in which a dataset (of weight > 0) completes its pass, or with
+            iterate_over_all=True the step in which the last one does.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[StreamingDataset] | Mapping[str, StreamingDataset],
+        weights: Sequence[Any] | None = None,
+        *,
+        seed: int | None = None,
+        steps_per_epoch: int | None = None,
+        iterate_over_all: bool = False,
+    ) -> None:
+        self.names, self.datasets = _named(datasets)
+        first = self.datasets[0]
+        self.world: World = first.world
+        for name, ds in zip(self.names, self.datasets, strict=True):
+            if (ds.rank, ds.world_size) != (first.rank, first.world_size):
+                raise ValueError(
+                    f"datasets[{name!r}] is rank {ds.rank} of {ds.world_size}, datasets"
+                    f"[{self.names[0]!r}] rank {first.rank} of {first.world_size}: build all on one world"
+                )
+        self._check_packing()
+        self._weights_given = weights is not None
+        if weights is None:
+            weights = [ds.num_splits * ds.units_per_split(ds.epoch) for ds in self.datasets]
+        rule: str | int = ALL_PASSES if args.boolean("iterate_over_all", iterate_over_all) else FIRST_PASS
+        if steps_per_epoch is not None:
+            rule = args.integer("steps_per_epoch", steps_per_epoch, 1)
+        seed = args.optional_integer("seed", seed, 0)
+        self.mix_plan = MixPlan(
+            Weights.of(weights, len(self.datasets)),
+            tuple(ds.num_splits for ds in self.datasets),
+            self._units,
+            seed,
+            rule,
+        )
+        sources = []
+        for ds in self.datasets:
+            epoch, cursors, _ = ds.progress.position()
+            sources.append(SourceAt(epoch, tuple(cursors)))
+        self.progress = MixProgress(self, MixPosition.start(sources))
+
+    def _units(self, k: int, epoch: int) -> int:
+        return self.datasets[k].units_per_split(epoch)
+
+    def _check_packing(self) -> None:
+        packed = {ds.packing.spec.seq_len if ds.packing else None for ds in self.datasets}
+        if len(packed) > 1:
+            raise ValueError(
+                f"the datasets of a mixture must all pack to one seq_len, or none pack: got "
+                f"pack_sequences {sorted(packed, key=str)}"
+            )
+
+    # -- what the loader reads ----------------------------------------------------------
+
+    @property
+    def weights(self) -> list[float]:
+        return [float(f) for f in self.mix_plan.weights.fractions()]
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+    @property
+    def reader(self) -> MixReader:
+        return MixReader([ds.reader for ds in self.datasets])
+
+    @property
+    def packing(self) -> Any:
+        """The first dataset's packing (all share seq_len), or None."""
+        return self.datasets[0].packing
+
+    @property
+    def plan(self) -> MixSources:
+        return MixSources(tuple(ds.plan for ds in self.datasets), tuple(ds.source.spec for ds in self.datasets))
+
+    @property
+    def source(self) -> ResolvedSource:
+        """The source that sets the loader's read defaults: an object store's if any is one."""
+        for ds in self.datasets:
+            if "://" in ds.source.spec.uri and not ds.source.spec.uri.startswith("file://"):
+                return ds.source
+        return self.datasets[0].source
+
+    @property
+    def num_splits(self) -> int:
+        """Splits of all datasets together (what the state's size is proportional to)."""
+        return sum(ds.num_splits for ds in self.datasets)
+
+    @property
+    def epoch(self) -> int:
+        return self.progress.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.progress.set_epoch(args.integer("epoch", epoch, 0))
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError("read a MixedDataset through StreamingDataLoader(mixture, global_batch_size=G)")
+
+    # -- state --------------------------------------------------------------------------
+
+    def make_state(self, batching: Batching) -> dict[str, Any]:
+        pos = self.progress.position()
+        return {
+            st.KEY_FORMAT: ms.FORMAT,
+            st.KEY_FORMAT_VERSION: ms.FORMAT_VERSION,
+            ms.KEY_NAMES: list(self.names),
+            ms.KEY_WEIGHTS: self.mix_plan.weights.text(),
+            ms.KEY_SEED: self.mix_plan.seed,
+            ms.KEY_EPOCH_RULE: self.mix_plan.epoch_rule,
+            st.KEY_EPOCH: pos.epoch,
+            st.KEY_STEP: pos.step,
+            st.KEY_GLOBAL_STEP: pos.global_step,
+            st.KEY_WORLD_SIZE: self.world_size,
+            st.KEY_GLOBAL_BATCH: batching.global_rows(self.world_size),
+            ms.KEY_PHASE_START: pos.phase_start,
+            ms.KEY_PHASE_COUNTS: list(pos.counts),
+            ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
+            ms.KEY_SUPPLIED: list(pos.supplied),
+            ms.KEY_SOURCES: [
+                ds.state_at(at.epoch, list(at.cursors)) for ds, at in zip(self.datasets, pos.sources, strict=True)
+            ],
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.make_state(Batching(None, False, self.world_size))
+
+    def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
+        """Validate `state` against this mixture and move to it (effective at the next iteration).
+
+        Each dataset loads its own part (re-pinning its table, checking its plan). New
+        weights take effect from the resumed step: each dataset's pass goes on from its
+        cursors, so no row of a current pass is read twice and none is skipped.
+        """
+        if not ms.is_mixture(state):
+            raise ValueError(
+                "this is a single dataset's state, not a mixture's (format "
+                f"{state.get(st.KEY_FORMAT) if isinstance(state, dict) else None!r}); load it "
+                "into that StreamingDataset"
+            )
+        ms.check_mixture_state(state)
+        if state[ms.KEY_NAMES] != list(self.names):
+            raise ValueError(
+                f"mixture state field 'names' is {state[ms.KEY_NAMES]} but this mixture has "
+                f"{list(self.names)}; build the mixture with the saved datasets, in that order"
+            )
+        sources = []
+        for k, (name, ds) in enumerate(zip(self.names, self.datasets, strict=True)):
+            try:
+                ds.load_state_dict(state[ms.KEY_SOURCES][k])
+            except ValueError as err:
+                raise ValueError(f"mixture state field 'sources[{k}]' ({name!r}): {err}") from err
+            epoch, cursors, _ = ds.progress.position()
+            sources.append(SourceAt(epoch, tuple(cursors)))
+        saved = Weights.of([_parse(t) for t in state[ms.KEY_WEIGHTS]], len(self.names), "state weights")
+        if not self._weights_given:  # weights=None adopts the saved ones (like shuffle_seed=None)
+            self.mix_plan = replace(self.mix_plan, weights=saved)
+        global_step = state[st.KEY_GLOBAL_STEP]
+        if saved == self.mix_plan.weights:
+            phase_start, counts = state[ms.KEY_PHASE_START], tuple(state[ms.KEY_PHASE_COUNTS])
+        else:  # a new phase from the resumed step on
+            phase_start, counts = global_step, (0,) * len(self.names)
+        self.progress.move(
+            MixPosition(
+                epoch=state[st.KEY_EPOCH],
+                step=state[st.KEY_STEP],
+                global_step=global_step,
+                phase_start=phase_start,
+                counts=counts,
+                sources=tuple(sources),
+                epoch_passes=tuple(state[ms.KEY_EPOCH_PASSES]),
+                supplied=tuple(state[ms.KEY_SUPPLIED]),
+            )
+        )
+
+    # -- the dashboard's facts ----------------------------------------------------------
+
+    def facts(self) -> dict[str, Any]:
+        """Per dataset: units read, passes, and the weights in effect (for telemetry)."""
+        pos = self.progress.position()
+        seq_len = self.packing.spec.seq_len if self.packing is not None else None
+        return {
+            "names": list(self.names),
+            "weights": self.mix_plan.weights.text(),
+            "phase_start": pos.phase_start,
+            "supplied": list(pos.supplied),
+            "tokens": [u * seq_len for u in pos.supplied] if seq_len else None,
+            "passes": [s.epoch for s in pos.sources],
+            "num_splits": [ds.num_splits for ds in self.datasets],
+        }
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}={w}" for n, w in zip(self.names, self.mix_plan.weights.text(), strict=True))
+        return f"MixedDataset({shares}, rank {self.rank}/{self.world_size}, epoch {self.epoch})"
+
+
+def _parse(text: Any) -> Any:
+    from fractions import Fraction
+
+    return Fraction(str(text))
+
+
+def _named(
+    datasets: Sequence[StreamingDataset] | Mapping[str, StreamingDataset],
+) -> tuple[tuple[str, ...], tuple[StreamingDataset, ...]]:
+    if isinstance(datasets, Mapping):
+        names, items = tuple(str(n) for n in datasets), tuple(datasets.values())
+    elif isinstance(datasets, Sequence) and not isinstance(datasets, str | bytes):
+        items = tuple(datasets)
+        names = tuple(_default_name(ds, k) for k, ds in enumerate(items))
+        if len(set(names)) < len(names):
+            names = tuple(str(k) for k in range(len(items)))
+    else:
+        raise TypeError(f"datasets must be a list or a dict of StreamingDatasets, got {type(datasets).__name__}")
+    if not items:
+        raise ValueError("datasets is empty: a mixture needs at least one StreamingDataset")
+    for name, ds in zip(names, items, strict=True):
+        if not isinstance(ds, StreamingDataset):
+            raise TypeError(f"datasets[{name!r}] is a {type(ds).__name__}, expected a StreamingDataset")
+    return names, items
+
+
+def _default_name(ds: StreamingDataset, index: int) -> str:
+    spec = ds.source.spec
+    if spec.table:
+        return spec.table
+    stem = PurePosixPath(spec.uri.rstrip("/")).stem
+    return stem or str(index)
+
+
+def CombinedStreamingDataset(  # noqa: N802 - LitData's class name
+    datasets: Sequence[StreamingDataset],
+    seed: int = 42,
+    weights: Sequence[float] | None = None,
+    iterate_over_all: bool = True,
+    batching_method: str = "stratified",
+    force_override_state_dict: bool = False,
+) -> MixedDataset:
+    """LitData's spelling of a mixture, where its meaning agrees (docs/migrating.md).
+
+    iterate_over_all=True (LitData's default) reads every dataset's pass, in proportion to
+    its size, and takes no weights (as LitData); iterate_over_all=False mixes at `weights`
+    and the epoch ends when a dataset completes its pass. Batches always mix datasets
+    ("stratified"); `seed` shuffles the per-step layout order only.
+    """
+    if iterate_over_all and weights is not None:
+        raise ValueError(
+            "weights with iterate_over_all=True: reading every dataset once fixes the shares "
+            "(their sizes); pass iterate_over_all=False to mix at weights"
+        )
+    if batching_method != "stratified":
+        raise ValueError(
+            f"batching_method={batching_method!r}: every batch of a mixture holds rows of each "
+            "dataset at its weight ('stratified'); per-stream batches are not offered"
+        )
+    if force_override_state_dict:
+        raise ValueError(
+            "force_override_state_dict=True: a mixture refuses a state whose datasets differ; "
+            "pass allow_source_change=True to the StreamingDataset whose table changed"
+        )
+    return MixedDataset(datasets, weights, seed=seed, iterate_over_all=iterate_over_all)
