@@ -1,0 +1,205 @@
+"""Mixtures at the plan level (no I/O): exact counts, the same global steps on every W,
+each row once per pass, and resumes on another W with new weights.
+
+Ranks are simulated with what the loader runs: `MixStream.tasks` per rank, each task's
+per-dataset `BatchTask`s turned into order indices, batches joined in layout order.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loader.kernels.mix import _mix_counts
+from loader.layout import slice_bounds
+from loader.mixplan import ALL_PASSES, FIRST_PASS, MixPlan, MixPosition, SourceAt, Weights
+from loader.mixture import MixStream
+from loader.stream import task_order_indices
+from loader.world import World
+from tests import reference
+
+Row = tuple[int, int, int]  # (dataset, pass, order index in that pass)
+
+
+def make_plan(sizes: list[tuple[int, int]], weights: list[int], rule: str | int, seed: int | None) -> MixPlan:
+    lengths = [length for _, length in sizes]
+    return MixPlan(Weights.of(weights, len(sizes)), tuple(s for s, _ in sizes), lambda k, e: lengths[k], seed, rule)
+
+
+def rank_steps(plan: MixPlan, pos: MixPosition, rank: int, world: int, g: int, steps: int) -> list[list[Row]]:
+    """What one rank's loader would read: `steps` batches from `pos` (across epochs)."""
+    out: list[list[Row]] = []
+    while len(out) < steps:
+        stream = MixStream(plan, pos, World(rank, world), g)
+        for task in stream.tasks(3):
+            rows = [_rows(plan, k, t) for k, t in task.groups]
+            for items in task.layout:
+                out.append([row for g_, i in items for row in rows[g_][i]])
+        for _ in range(stream.num_batches):
+            pos, _ = plan.step(pos, g)
+        if stream.num_batches == 0:
+            break
+    return out[:steps]
+
+
+def _rows(plan: MixPlan, k: int, task) -> list[list[Row]]:
+    length = plan.units(k, task.epoch)
+    order = task_order_indices(task, length).tolist()
+    bounds = np.cumsum((0, *task.sizes)).tolist()
+    return [[(k, task.epoch, o) for o in order[a:b]] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def global_steps(plan: MixPlan, pos: MixPosition, world: int, g: int, steps: int) -> list[list[Row]]:
+    """The union over ranks of each step (a set: inside a rank, rows come in stream order)."""
+    per_rank = [rank_steps(plan, pos, r, world, g, steps) for r in range(world)]
+    return [sorted(row for r in range(world) for row in per_rank[r][t]) for t in range(steps)]
+
+
+def after(plan: MixPlan, pos: MixPosition, g: int, steps: int) -> MixPosition:
+    for _ in range(steps):
+        pos, _ = plan.step(pos, g)
+    return pos
+
+
+sizes_st = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 9)), min_size=1, max_size=4)
+
+
+@st.composite
+def mixtures(draw):
+    sizes = draw(sizes_st)
+    weights = draw(st.lists(st.integers(0, 9), min_size=len(sizes), max_size=len(sizes)))
+    if sum(weights) == 0:
+        weights[0] = 1
+    g = draw(st.integers(1, 24))
+    world = draw(st.integers(1, g))
+    rule = draw(st.sampled_from([FIRST_PASS, ALL_PASSES, 1, 4]))
+    seed = draw(st.sampled_from([None, 0, 7]))
+    return sizes, weights, g, world, rule, seed
+
+
+def check_passes(rows: list[Row], sizes: list[tuple[int, int]]) -> None:
+    """No row twice in a pass, and a pass is complete before the next one starts."""
+    seen: dict[tuple[int, int], set[int]] = {}
+    for k, epoch, order in rows:
+        assert order not in seen.setdefault((k, epoch), set()), "a row twice in one pass"
+        seen[(k, epoch)].add(order)
+        if epoch > 0:
+            s, length = sizes[k]
+            assert len(seen.get((k, epoch - 1), ())) == s * length, "a pass left unfinished"
+
+
+@settings(max_examples=150)
+@given(mixtures(), st.integers(1, 12))
+def test_counts_exact_and_steps_the_same_on_every_world_size(mix, steps: int) -> None:
+    sizes, weights, g, world, rule, seed = mix
+    plan = make_plan(sizes, weights, rule, seed)
+    start = MixPosition.start([SourceAt(0, (0,) * s) for s, _ in sizes])
+    one = global_steps(plan, start, 1, g, steps)
+    assert global_steps(plan, start, world, g, steps) == one
+    total = sum(weights)
+    counts = [0] * len(sizes)
+    for t, step in enumerate(one, 1):
+        assert len(step) == g
+        for k, _, _ in step:
+            counts[k] += 1
+        for k, w in enumerate(weights):
+            assert abs(counts[k] - Fraction(t * g * w, total)) < 1
+    check_passes([row for step in one for row in step], sizes)
+    for r in range(world):  # every rank the same number of rows a step as a single dataset
+        lo, hi = slice_bounds(r, world, g)
+        assert all(len(b) == hi - lo for b in rank_steps(plan, start, r, world, g, steps))
+
+
+@settings(max_examples=150)
+@given(mixtures(), st.integers(0, 10), st.integers(1, 24), st.data())
+def test_resume_on_another_world_size_with_new_weights(mix, crash: int, g2: int, data) -> None:
+    sizes, weights, g, world, rule, seed = mix
+    world2 = data.draw(st.integers(1, g2))
+    new = data.draw(st.lists(st.integers(0, 9), min_size=len(sizes), max_size=len(sizes)))
+    if sum(new) == 0:
+        new[-1] = 1
+    plan = make_plan(sizes, weights, rule, seed)
+    start = MixPosition.start([SourceAt(0, (0,) * s) for s, _ in sizes])
+    before = global_steps(plan, start, world, g, crash)
+    saved = after(plan, start, g, crash)
+    # the resume: same datasets and passes, new weights from the resumed step (a new phase)
+    plan2 = make_plan(sizes, new, rule, seed)
+    if Weights.of(new, len(new)) != plan.weights:
+        saved = MixPosition(
+            saved.epoch, saved.step, saved.global_step, saved.global_step,
+            (0,) * len(sizes), saved.sources, saved.epoch_passes, saved.supplied,
+        )
+    resumed = global_steps(plan2, saved, world2, g2, 6)
+    assert resumed == global_steps(plan2, saved, 1, g2, 6)
+    check_passes([row for step in before + resumed for row in step], sizes)
+    counts = [0] * len(sizes)
+    for t, step in enumerate(resumed, 1):
+        for k, _, _ in step:
+            counts[k] += 1
+        for k, w in enumerate(new):
+            if Weights.of(new, len(new)) != plan.weights:
+                assert abs(counts[k] - Fraction(t * g2 * w, sum(new))) < 1
+
+
+@settings(max_examples=60)
+@given(mixtures())
+def test_epoch_ends_where_the_rule_says(mix) -> None:
+    sizes, weights, g, _, rule, seed = mix
+    plan = make_plan(sizes, weights, rule, seed)
+    pos = MixPosition.start([SourceAt(0, (0,) * s) for s, _ in sizes])
+    steps = plan.steps_left(pos, g)
+    walked = after(plan, pos, g, steps)
+    assert walked.epoch == 1 and walked.step == 0
+    if steps > 1:
+        assert after(plan, pos, g, steps - 1).epoch == 0
+    active = [k for k, w in enumerate(weights) if w]
+    done = [walked.sources[k].epoch > 0 for k in active]
+    if rule == FIRST_PASS:
+        assert any(done)
+    elif rule == ALL_PASSES:
+        assert all(done)
+    else:
+        assert steps == rule
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=5),
+    st.lists(st.integers(0, 40), min_size=1, max_size=6),
+)
+def test_count_kernel_matches_twin(weights: list[int], steps: list[int]) -> None:
+    if sum(weights) == 0:
+        weights[0] = 1
+    w = Weights.of(weights, len(weights))
+    counts = [0] * len(weights)
+    for rows in steps:
+        want = reference.mix_counts(list(w.shares), counts, rows)
+        got = _mix_counts(np.asarray(w.shares, dtype=np.int64), w.period, np.asarray(counts, dtype=np.int64), rows)
+        assert got.tolist() == want
+        assert all(b >= a for a, b in zip(counts, want, strict=True))
+        counts = want
+
+
+def test_weights_are_exact_fractions() -> None:
+    assert Weights.of([0.7, 0.2, 0.1], 3).shares == (7, 2, 1)
+    assert Weights.of([1 / 3, 2 / 3], 2).shares == (1, 2)
+    assert Weights.of([Fraction(1, 6), 1], 2).shares == (1, 6)
+    for bad, match in (([1, -1], "weights\\[1\\]"), ([0, 0], "all 0"), ([1], "one each"), (["a", 1], "number")):
+        with pytest.raises((ValueError, TypeError), match=match):
+            Weights.of(bad, 2)
+
+
+def test_naive_step_rounding_would_take_rows_back() -> None:
+    """Why the counts are a row sequence: largest remainder on cumulative targets per step
+    asks a source to give back a row (Alabama) where the row sequence never does."""
+    weights, g = [100, 1000, 7, 2, 1000, 3], 12
+    w = Weights.of(weights, len(weights))
+    counts = (0,) * len(weights)
+    for _ in range(60):
+        nxt = w.counts_after(counts, g)
+        assert all(b >= a for a, b in zip(counts, nxt, strict=True))
+        counts = nxt
