@@ -292,6 +292,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         `shuffle_seed=None` adopts the state's seed.
         """
         st.check_state(state)
+        if state[st.KEY_FORMAT] != st.FORMAT:
+            raise ValueError(
+                "this is a mixture's state (format elastic-loader/mixture): load it into the "
+                "MixedDataset, or its part state['sources'][k] into dataset k"
+            )
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")

@@ -61,10 +61,19 @@ def format_inspect(
             "  file",
             f"{len(stored.data):,} bytes, written {saved:%Y-%m-%d %H:%M:%S} UTC, checksum ok",
         ),
-        *_source_rows(state[st.KEY_SOURCE]),
-        *_plan_rows(state[st.KEY_PLAN]),
-        *_progress_rows(state),
     ]
+    if state[st.KEY_FORMAT] == st.MIXTURE_FORMAT:
+        from loader.inspect_mixture import mixture_rows
+
+        rows.extend(mixture_rows(state))
+    else:
+        rows.extend(
+            [
+                *_source_rows(state[st.KEY_SOURCE]),
+                *_plan_rows(state[st.KEY_PLAN]),
+                *_progress_rows(state),
+            ]
+        )
     return "\n".join(f"{label:<14}{value}" for label, value in rows)
 
 

@@ -95,7 +95,9 @@ def parse_weights(texts: Any, field: str = "weights") -> list[Fraction]:
     try:
         return [Fraction(str(t)) for t in texts]
     except (TypeError, ValueError, ZeroDivisionError):
-        raise ValueError(f"mixture state field {field!r} is {texts!r}: expected fractions") from None
+        raise ValueError(
+            f"mixture state field {field!r} is {texts!r}: expected fractions"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,9 @@ class MixPlan:
                     sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
                 else:
                     sources[k] = SourceAt(at.epoch, tuple(after.tolist()))
-        supplied = tuple(s + c - p for s, c, p in zip(pos.supplied, counts, pos.counts, strict=True))
+        supplied = tuple(
+            s + c - p for s, c, p in zip(pos.supplied, counts, pos.counts, strict=True)
+        )
         after_pos = replace(
             pos,
             step=pos.step + 1,
@@ -266,7 +270,9 @@ def rank_pieces(segments: list[Segment], lo: int, hi: int) -> list[Piece]:
         if first >= last:
             continue
         splits, starts, stops = _slice_runs(seg.before, seg.after, first, last)
-        pieces.append(Piece(seg.source, seg.epoch, np.stack((splits, starts, stops), axis=1), last - first))
+        pieces.append(
+            Piece(seg.source, seg.epoch, np.stack((splits, starts, stops), axis=1), last - first)
+        )
     return pieces
 
 

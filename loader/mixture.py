@@ -10,219 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import PurePosixPath
 from typing import Any
-
-import numpy as np
-import torch
 
 from loader import args
 from loader import mixture_state as ms
 from loader import state as st
-from loader.convert import Ragged
 from loader.dataset import StreamingDataset
-from loader.layout import slice_bounds
-from loader.mixplan import (
-    ALL_PASSES,
-    FIRST_PASS,
-    MixPlan,
-    MixPosition,
-    Piece,
-    SourceAt,
-    Weights,
-    rank_pieces,
-)
+from loader.mixplan import ALL_PASSES, FIRST_PASS, MixPlan, MixPosition, SourceAt, Weights
+from loader.mixreader import SOURCE_FIELD, MixReader
+from loader.mixstream import MixProgress
 from loader.plan import PlanSpec
 from loader.progress import Batching
 from loader.sources import ResolvedSource, SourceSpec
-from loader.stream import BatchTask
 from loader.world import World
 
-__all__ = ["CombinedStreamingDataset", "MixedDataset"]
-
-SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
-
-
-@dataclass(frozen=True, eq=False)
-class MixTask:
-    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, and for
-    every batch which of those tasks' batches it joins, in layout order."""
-
-    epoch: int
-    index: int
-    sizes: tuple[int, ...]
-    groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
-    layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
-
-
-def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> MixTask:
-    keys: dict[tuple[int, int], int] = {}
-    parts: list[list[Piece]] = []
-    layout = []
-    for pieces in steps:
-        items = []
-        for piece in pieces:
-            group = keys.setdefault((piece.source, piece.epoch), len(parts))
-            if group == len(parts):
-                parts.append([])
-            items.append((group, len(parts[group])))
-            parts[group].append(piece)
-        layout.append(tuple(items))
-    groups = []
-    for (source, pass_), pieces in zip(keys, parts, strict=True):
-        runs = np.concatenate([p.runs for p in pieces])
-        task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, tuple(len(p.runs) for p in pieces))
-        groups.append((source, task))
-    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
-
-
-class MixStream:
-    """The rest of a mixture epoch on one rank from a position: every step G rows, this
-    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface)."""
-
-    def __init__(self, plan: MixPlan, start: MixPosition, world: World, global_batch: int) -> None:
-        self.plan, self.start, self.global_batch = plan, start, global_batch
-        self.epoch = start.epoch
-        self.rank, self.world_size = world.rank, world.world_size
-        self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
-        self.num_batches = plan.steps_left(start, global_batch)
-
-    def global_rows(self, index: int) -> int:
-        return self.global_batch
-
-    def task_rows(self, index: int) -> int:
-        return self.hi - self.lo
-
-    def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
-        pos = self.start
-        for first in range(0, self.num_batches, batches_per_read):
-            steps = []
-            for _ in range(first, min(first + batches_per_read, self.num_batches)):
-                pos, segments = self.plan.step(pos, self.global_batch)
-                steps.append(rank_pieces(segments, self.lo, self.hi))
-            yield _mix_task(self.epoch, first, steps, self.hi - self.lo)
-
-
-class MixProgress:
-    """Where the mixture is: the position after the steps handed to the training loop (the
-    loader's progress interface: start, peek, record, step, global_step, epoch)."""
-
-    def __init__(self, mixture: MixedDataset, position: MixPosition) -> None:
-        self._mixture = mixture
-        self._pos = position
-        self._stream: MixStream | None = None
-        self._batch_epoch = position.epoch
-        self.step = position.step
-
-    @property
-    def world(self) -> World:
-        return self._mixture.world
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
-        return self._batch_epoch
-
-    @property
-    def global_step(self) -> int:
-        return self._pos.global_step
-
-    def position(self) -> MixPosition:
-        return self._pos
-
-    def move(self, position: MixPosition) -> None:
-        self._pos, self._stream = position, None
-        self._batch_epoch, self.step = position.epoch, position.step
-
-    def peek(self, batching: Batching) -> MixStream:
-        g = batching.global_rows(self.world.world_size)
-        return MixStream(self._mixture.mix_plan, self._pos, self.world, g)
-
-    def start(self, batching: Batching) -> MixStream:
-        self.move(self._pos)
-        stream = self.peek(batching)
-        self._stream = stream
-        if stream.num_batches == 0:  # nothing left of this epoch: the next one
-            passes = tuple(s.epoch for s in self._pos.sources)
-            self.move(replace(self._pos, epoch=self._pos.epoch + 1, step=0, epoch_passes=passes))
-        return stream
-
-    def is_current(self, stream: Any) -> bool:
-        return stream is self._stream
-
-    def record(self, stream: Any) -> None:
-        if stream is not self._stream:
-            return
-        self._pos, _ = self._mixture.mix_plan.step(self._pos, stream.global_batch)
-        self._batch_epoch = stream.epoch
-        self.step += 1
-
-    def batches(self, batching: Batching) -> int:
-        return self._pos.step + self.peek(batching).num_batches
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch not in (self._pos.epoch, self._batch_epoch):
-            raise ValueError(
-                f"set_epoch({epoch}): a mixture is at epoch {self._pos.epoch}, and its datasets' "
-                "passes are not a function of the epoch; resume a mixture by loading its state"
-            )
-
-
-class MixReader:
-    """Reads a MixTask: one read per (dataset, pass) through that dataset's own reader, then
-    each batch joined in layout order with its `source` tensor."""
-
-    def __init__(self, readers: Sequence[Any]) -> None:
-        self.readers = tuple(readers)
-
-    def batches(self, task: MixTask, sub_reads: int = 1) -> list[Any]:
-        parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
-        out = []
-        for items in task.layout:
-            pieces = [parts[g][i] for g, i in items]
-            sources = [task.groups[g][0] for g, _ in items]
-            counts = [task.groups[g][1].sizes[i] for g, i in items]
-            out.append(join_batches(pieces, sources, counts))
-        return out
-
-    def __getitem__(self, task: MixTask) -> list[Any]:
-        return self.batches(task)
-
-
-def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:
-    """One batch from pieces of several datasets (same keys), plus the `source` of each row."""
-    for piece in pieces:
-        if not isinstance(piece, dict):
-            raise TypeError(f"a mixture's datasets must give dict batches, got {type(piece).__name__}")
-        if piece.keys() != pieces[0].keys():
-            raise ValueError(
-                f"the datasets of a mixture must give the same columns: {sorted(pieces[0])} and "
-                f"{sorted(piece)}; pass columns=[...] to each StreamingDataset"
-            )
-    out: dict[str, Any] = {}
-    for key in pieces[0]:
-        values = [p[key] for p in pieces]
-        out[key] = values[0] if len(values) == 1 else _join(key, values)
-    out[SOURCE_FIELD] = torch.repeat_interleave(torch.tensor(sources), torch.tensor(counts))
-    return out
-
-
-def _join(key: str, values: list[Any]) -> Any:
-    if key == "cu_seqlens":  # packed: boundaries in each piece's flattened blocks
-        shifted, total = [], 0
-        for v in values:
-            shifted.append(v[:-1] + total)
-            total += int(v[-1])
-        return torch.cat([*shifted, torch.tensor([total], dtype=values[0].dtype)])
-    if isinstance(values[0], torch.Tensor):
-        return torch.cat(values)
-    if isinstance(values[0], Ragged):
-        starts = np.cumsum([0] + [int(v.offsets[-1]) for v in values[:-1]]).tolist()
-        offsets = [values[0].offsets[:1]] + [v.offsets[1:] + s for v, s in zip(values, starts, strict=True)]
-        return Ragged(torch.cat([v.values for v in values]), torch.cat(offsets))
-    if isinstance(values[0], list):
-        return [x for v in values for x in v]
-    raise TypeError(f"column {key!r}: cannot join values of type {type(values[0]).__name__}")
+__all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
 
 
 @dataclass(frozen=True)
@@ -275,7 +79,9 @@ class MixedDataset:
         self._weights_given = weights is not None
         if weights is None:
             weights = [ds.num_splits * ds.units_per_split(ds.epoch) for ds in self.datasets]
-        rule: str | int = ALL_PASSES if args.boolean("iterate_over_all", iterate_over_all) else FIRST_PASS
+        rule: str | int = (
+            ALL_PASSES if args.boolean("iterate_over_all", iterate_over_all) else FIRST_PASS
+        )
         if steps_per_epoch is not None:
             rule = args.integer("steps_per_epoch", steps_per_epoch, 1)
         seed = args.optional_integer("seed", seed, 0)
@@ -328,7 +134,9 @@ class MixedDataset:
 
     @property
     def plan(self) -> MixSources:
-        return MixSources(tuple(ds.plan for ds in self.datasets), tuple(ds.source.spec for ds in self.datasets))
+        return MixSources(
+            tuple(ds.plan for ds in self.datasets), tuple(ds.source.spec for ds in self.datasets)
+        )
 
     @property
     def source(self) -> ResolvedSource:
@@ -351,7 +159,9 @@ class MixedDataset:
         self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
     def __iter__(self) -> Iterator[Any]:
-        raise TypeError("read a MixedDataset through StreamingDataLoader(mixture, global_batch_size=G)")
+        raise TypeError(
+            "read a MixedDataset through StreamingDataLoader(mixture, global_batch_size=G)"
+        )
 
     # -- state --------------------------------------------------------------------------
 
@@ -374,7 +184,8 @@ class MixedDataset:
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
             ms.KEY_SUPPLIED: list(pos.supplied),
             ms.KEY_SOURCES: [
-                ds.state_at(at.epoch, list(at.cursors)) for ds, at in zip(self.datasets, pos.sources, strict=True)
+                ds.state_at(at.epoch, list(at.cursors))
+                for ds, at in zip(self.datasets, pos.sources, strict=True)
             ],
         }
 
@@ -408,7 +219,9 @@ class MixedDataset:
                 raise ValueError(f"mixture state field 'sources[{k}]' ({name!r}): {err}") from err
             epoch, cursors, _ = ds.progress.position()
             sources.append(SourceAt(epoch, tuple(cursors)))
-        saved = Weights.of([_parse(t) for t in state[ms.KEY_WEIGHTS]], len(self.names), "state weights")
+        saved = Weights.of(
+            [_parse(t) for t in state[ms.KEY_WEIGHTS]], len(self.names), "state weights"
+        )
         if not self._weights_given:  # weights=None adopts the saved ones (like shuffle_seed=None)
             self.mix_plan = replace(self.mix_plan, weights=saved)
         global_step = state[st.KEY_GLOBAL_STEP]
@@ -446,13 +259,13 @@ class MixedDataset:
         }
 
     def __repr__(self) -> str:
-        shares = ", ".join(f"{n}={w}" for n, w in zip(self.names, self.mix_plan.weights.text(), strict=True))
+        shares = ", ".join(
+            f"{n}={w}" for n, w in zip(self.names, self.mix_plan.weights.text(), strict=True)
+        )
         return f"MixedDataset({shares}, rank {self.rank}/{self.world_size}, epoch {self.epoch})"
 
 
-def _parse(text: Any) -> Any:
-    from fractions import Fraction
-
+def _parse(text: Any) -> Fraction:
     return Fraction(str(text))
 
 
@@ -463,16 +276,22 @@ def _named(
         names, items = tuple(str(n) for n in datasets), tuple(datasets.values())
     elif isinstance(datasets, Sequence) and not isinstance(datasets, str | bytes):
         items = tuple(datasets)
-        names = tuple(_default_name(ds, k) for k, ds in enumerate(items))
+        names = tuple(str(k) for k in range(len(items)))
+        if all(isinstance(ds, StreamingDataset) for ds in items):
+            names = tuple(_default_name(ds, k) for k, ds in enumerate(items))
         if len(set(names)) < len(names):
             names = tuple(str(k) for k in range(len(items)))
     else:
-        raise TypeError(f"datasets must be a list or a dict of StreamingDatasets, got {type(datasets).__name__}")
+        raise TypeError(
+            f"datasets must be a list or a dict of StreamingDatasets, got {type(datasets).__name__}"
+        )
     if not items:
         raise ValueError("datasets is empty: a mixture needs at least one StreamingDataset")
     for name, ds in zip(names, items, strict=True):
         if not isinstance(ds, StreamingDataset):
-            raise TypeError(f"datasets[{name!r}] is a {type(ds).__name__}, expected a StreamingDataset")
+            raise TypeError(
+                f"datasets[{name!r}] is a {type(ds).__name__}, expected a StreamingDataset"
+            )
     return names, items
 
 
@@ -484,7 +303,7 @@ def _default_name(ds: StreamingDataset, index: int) -> str:
     return stem or str(index)
 
 
-def CombinedStreamingDataset(  # noqa: N802 - LitData's class name
+def CombinedStreamingDataset(  # LitData's class name
     datasets: Sequence[StreamingDataset],
     seed: int = 42,
     weights: Sequence[float] | None = None,

@@ -64,7 +64,9 @@ def check_mixture_state(state: Any) -> None:
     shares = _fractions(state[KEY_WEIGHTS], count)
     rule = state[KEY_EPOCH_RULE]
     if rule not in ("first_pass", "all_passes") and not (st.is_count(rule) and rule >= 1):
-        raise st.StateError(KEY_EPOCH_RULE, f"is {rule!r}, expected first_pass, all_passes or steps >= 1")
+        raise st.StateError(
+            KEY_EPOCH_RULE, f"is {rule!r}, expected first_pass, all_passes or steps >= 1"
+        )
     if state.get(KEY_SEED) is not None:
         st.check_count(KEY_SEED, state[KEY_SEED])
     for key in (st.KEY_EPOCH, st.KEY_STEP, st.KEY_GLOBAL_STEP, KEY_PHASE_START):

@@ -7,6 +7,8 @@ per-dataset `BatchTask`s turned into order indices, batches joined in layout ord
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 from loader.kernels.mix import _mix_counts
 from loader.layout import slice_bounds
 from loader.mixplan import ALL_PASSES, FIRST_PASS, MixPlan, MixPosition, SourceAt, Weights
-from loader.mixture import MixStream
+from loader.mixstream import MixStream
 from loader.stream import task_order_indices
 from loader.world import World
 from tests import reference
@@ -25,12 +27,22 @@ from tests import reference
 Row = tuple[int, int, int]  # (dataset, pass, order index in that pass)
 
 
-def make_plan(sizes: list[tuple[int, int]], weights: list[int], rule: str | int, seed: int | None) -> MixPlan:
+def make_plan(
+    sizes: list[tuple[int, int]], weights: list[int], rule: str | int, seed: int | None
+) -> MixPlan:
     lengths = [length for _, length in sizes]
-    return MixPlan(Weights.of(weights, len(sizes)), tuple(s for s, _ in sizes), lambda k, e: lengths[k], seed, rule)
+    return MixPlan(
+        Weights.of(weights, len(sizes)),
+        tuple(s for s, _ in sizes),
+        lambda k, e: lengths[k],
+        seed,
+        rule,
+    )
 
 
-def rank_steps(plan: MixPlan, pos: MixPosition, rank: int, world: int, g: int, steps: int) -> list[list[Row]]:
+def rank_steps(
+    plan: MixPlan, pos: MixPosition, rank: int, world: int, g: int, steps: int
+) -> list[list[Row]]:
     """What one rank's loader would read: `steps` batches from `pos` (across epochs)."""
     out: list[list[Row]] = []
     while len(out) < steps:
@@ -41,8 +53,9 @@ def rank_steps(plan: MixPlan, pos: MixPosition, rank: int, world: int, g: int, s
                 out.append([row for g_, i in items for row in rows[g_][i]])
         for _ in range(stream.num_batches):
             pos, _ = plan.step(pos, g)
-        if stream.num_batches == 0:
-            break
+        if stream.num_batches == 0:  # an epoch already over (new weights): the next one
+            passes = tuple(s.epoch for s in pos.sources)
+            pos = replace(pos, epoch=pos.epoch + 1, step=0, epoch_passes=passes)
     return out[:steps]
 
 
@@ -50,10 +63,12 @@ def _rows(plan: MixPlan, k: int, task) -> list[list[Row]]:
     length = plan.units(k, task.epoch)
     order = task_order_indices(task, length).tolist()
     bounds = np.cumsum((0, *task.sizes)).tolist()
-    return [[(k, task.epoch, o) for o in order[a:b]] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [[(k, task.epoch, o) for o in order[a:b]] for a, b in itertools.pairwise(bounds)]
 
 
-def global_steps(plan: MixPlan, pos: MixPosition, world: int, g: int, steps: int) -> list[list[Row]]:
+def global_steps(
+    plan: MixPlan, pos: MixPosition, world: int, g: int, steps: int
+) -> list[list[Row]]:
     """The union over ranks of each step (a set: inside a rank, rows come in stream order)."""
     per_rank = [rank_steps(plan, pos, r, world, g, steps) for r in range(world)]
     return [sorted(row for r in range(world) for row in per_rank[r][t]) for t in range(steps)]
@@ -130,8 +145,14 @@ def test_resume_on_another_world_size_with_new_weights(mix, crash: int, g2: int,
     plan2 = make_plan(sizes, new, rule, seed)
     if Weights.of(new, len(new)) != plan.weights:
         saved = MixPosition(
-            saved.epoch, saved.step, saved.global_step, saved.global_step,
-            (0,) * len(sizes), saved.sources, saved.epoch_passes, saved.supplied,
+            saved.epoch,
+            saved.step,
+            saved.global_step,
+            saved.global_step,
+            (0,) * len(sizes),
+            saved.sources,
+            saved.epoch_passes,
+            saved.supplied,
         )
     resumed = global_steps(plan2, saved, world2, g2, 6)
     assert resumed == global_steps(plan2, saved, 1, g2, 6)
@@ -178,7 +199,9 @@ def test_count_kernel_matches_twin(weights: list[int], steps: list[int]) -> None
     counts = [0] * len(weights)
     for rows in steps:
         want = reference.mix_counts(list(w.shares), counts, rows)
-        got = _mix_counts(np.asarray(w.shares, dtype=np.int64), w.period, np.asarray(counts, dtype=np.int64), rows)
+        got = _mix_counts(
+            np.asarray(w.shares, dtype=np.int64), w.period, np.asarray(counts, dtype=np.int64), rows
+        )
         assert got.tolist() == want
         assert all(b >= a for a, b in zip(counts, want, strict=True))
         counts = want
@@ -188,7 +211,12 @@ def test_weights_are_exact_fractions() -> None:
     assert Weights.of([0.7, 0.2, 0.1], 3).shares == (7, 2, 1)
     assert Weights.of([1 / 3, 2 / 3], 2).shares == (1, 2)
     assert Weights.of([Fraction(1, 6), 1], 2).shares == (1, 6)
-    for bad, match in (([1, -1], "weights\\[1\\]"), ([0, 0], "all 0"), ([1], "one each"), (["a", 1], "number")):
+    for bad, match in (
+        ([1, -1], "weights\\[1\\]"),
+        ([0, 0], "all 0"),
+        ([1], "one each"),
+        (["a", 1], "number"),
+    ):
         with pytest.raises((ValueError, TypeError), match=match):
             Weights.of(bad, 2)
 

@@ -1,0 +1,148 @@
+"""A mixture's batches on one rank: tasks for the loader's sampler and the progress it records.
+
+`MixStream` and `MixProgress` have the interface the loader uses for a single dataset's
+`RankStream` and `Progress` (start, peek, record; tasks, num_batches, global_rows), over a
+`MixPosition` instead of one dataset's cursors. Each step is computed from the position by
+`loader.mixplan`: nothing is replayed, nothing shared with workers but the tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from loader.layout import slice_bounds
+from loader.mixplan import MixPlan, MixPosition, Piece, rank_pieces
+from loader.progress import Batching
+from loader.stream import BatchTask
+from loader.world import World
+
+
+@dataclass(frozen=True, eq=False)
+class MixTask:
+    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, and for
+    every batch which of those tasks' batches it joins, in layout order."""
+
+    epoch: int
+    index: int
+    sizes: tuple[int, ...]
+    groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
+    layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
+
+
+def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> MixTask:
+    keys: dict[tuple[int, int], int] = {}
+    parts: list[list[Piece]] = []
+    layout = []
+    for pieces in steps:
+        items = []
+        for piece in pieces:
+            group = keys.setdefault((piece.source, piece.epoch), len(parts))
+            if group == len(parts):
+                parts.append([])
+            items.append((group, len(parts[group])))
+            parts[group].append(piece)
+        layout.append(tuple(items))
+    groups = []
+    for (source, pass_), pieces in zip(keys, parts, strict=True):
+        runs = np.concatenate([p.runs for p in pieces])
+        task = BatchTask(
+            pass_, index, tuple(p.count for p in pieces), runs, tuple(len(p.runs) for p in pieces)
+        )
+        groups.append((source, task))
+    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
+
+
+class MixStream:
+    """The rest of a mixture epoch on one rank from a position: every step G rows, this
+    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface)."""
+
+    def __init__(self, plan: MixPlan, start: MixPosition, world: World, global_batch: int) -> None:
+        self.plan, self.start, self.global_batch = plan, start, global_batch
+        self.epoch = start.epoch
+        self.rank, self.world_size = world.rank, world.world_size
+        self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
+        self.num_batches = plan.steps_left(start, global_batch)
+
+    def global_rows(self, index: int) -> int:
+        return self.global_batch
+
+    def task_rows(self, index: int) -> int:
+        return self.hi - self.lo
+
+    def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
+        pos = self.start
+        for first in range(0, self.num_batches, batches_per_read):
+            steps = []
+            for _ in range(first, min(first + batches_per_read, self.num_batches)):
+                pos, segments = self.plan.step(pos, self.global_batch)
+                steps.append(rank_pieces(segments, self.lo, self.hi))
+            yield _mix_task(self.epoch, first, steps, self.hi - self.lo)
+
+
+class MixProgress:
+    """Where the mixture is: the position after the steps handed to the training loop (the
+    loader's progress interface: start, peek, record, step, global_step, epoch)."""
+
+    def __init__(self, mixture: Any, position: MixPosition) -> None:  # a MixedDataset
+        self._mixture = mixture
+        self._pos = position
+        self._stream: MixStream | None = None
+        self._batch_epoch = position.epoch
+        self.step = position.step
+
+    @property
+    def world(self) -> World:
+        return self._mixture.world
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
+        return self._batch_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self._pos.global_step
+
+    def position(self) -> MixPosition:
+        return self._pos
+
+    def move(self, position: MixPosition) -> None:
+        self._pos, self._stream = position, None
+        self._batch_epoch, self.step = position.epoch, position.step
+
+    def peek(self, batching: Batching) -> MixStream:
+        g = batching.global_rows(self.world.world_size)
+        return MixStream(self._mixture.mix_plan, self._pos, self.world, g)
+
+    def start(self, batching: Batching) -> MixStream:
+        self.move(self._pos)
+        stream = self.peek(batching)
+        self._stream = stream
+        if stream.num_batches == 0:  # nothing left of this epoch: the next one
+            passes = tuple(s.epoch for s in self._pos.sources)
+            self.move(replace(self._pos, epoch=self._pos.epoch + 1, step=0, epoch_passes=passes))
+        return stream
+
+    def is_current(self, stream: Any) -> bool:
+        return stream is self._stream
+
+    def record(self, stream: Any) -> None:
+        if stream is not self._stream:
+            return
+        self._pos, _ = self._mixture.mix_plan.step(self._pos, stream.global_batch)
+        self._batch_epoch = stream.epoch
+        self.step += 1
+
+    def batches(self, batching: Batching) -> int:
+        return self._pos.step + self.peek(batching).num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch not in (self._pos.epoch, self._batch_epoch):
+            raise ValueError(
+                f"set_epoch({epoch}): a mixture is at epoch {self._pos.epoch}, and its datasets' "
+                "passes are not a function of the epoch; resume a mixture by loading its state"
+            )

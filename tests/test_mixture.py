@@ -1,0 +1,228 @@
+"""Mixtures through the loader on real tables: a LanceDB table mixed with Parquet files,
+resumes through checkpoint files on another W with new weights, refusals, packed tokens."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from loader import StreamingDataLoader, StreamingDataset, checkpoint
+from loader.inspect import format_inspect
+from loader.mixture import CombinedStreamingDataset, MixedDataset
+from tests.tables import lancedb_table, make_rows
+
+G = 12
+PARQUET_BASE = 10_000  # the Parquet rows' ids start here, so an id says its table
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    lance = lancedb_table(tmp_path_factory.mktemp("mixdb"), rows=120)
+    folder = tmp_path_factory.mktemp("mixpq")
+    pq.write_table(make_rows(PARQUET_BASE, PARQUET_BASE + 45), folder / "part-0.parquet")
+    return lance, folder
+
+
+def mixture(
+    tables: tuple[Any, Path], rank: int, world: int, weights: Any = (3, 1), **kw: Any
+) -> MixedDataset:
+    lance, folder = tables
+    web = StreamingDataset(
+        lance, columns=["id", "label"], num_splits=4, shuffle_seed=5, rank=rank, world_size=world
+    )
+    code = StreamingDataset(
+        str(folder),
+        columns=["id", "label"],
+        num_splits=3,
+        shuffle_seed=6,
+        rank=rank,
+        world_size=world,
+    )
+    return MixedDataset({"web": web, "code": code}, list(weights), **kw)
+
+
+def loaders(
+    tables: tuple[Any, Path], world: int, g: int = G, **kw: Any
+) -> list[StreamingDataLoader]:
+    return [
+        StreamingDataLoader(mixture(tables, r, world, **kw), global_batch_size=g)
+        for r in range(world)
+    ]
+
+
+def steps(loaders_: list[StreamingDataLoader], count: int) -> list[list[tuple[int, int]]]:
+    """`count` global steps (across epochs): the sorted (source, id) of every rank's batch t."""
+    out = []
+    for batches in _global(loaders_, count):
+        rows = []
+        for batch in batches:
+            assert set(batch) == {"id", "label", "source"}
+            assert batch["source"].dtype == torch.int64 and len(batch["source"]) == len(batch["id"])
+            for source, row in zip(batch["source"].tolist(), batch["id"].tolist(), strict=True):
+                assert (row >= PARQUET_BASE) == (source == 1), "the source field names the table"
+                rows.append((source, row))
+        out.append(sorted(rows))
+    return out
+
+
+def _global(loaders_: list[StreamingDataLoader], count: int) -> list[list[dict[str, Any]]]:
+    """Every rank's batches of `count` steps, a new `for` at each epoch's end (as a loop does)."""
+    out: list[list[dict[str, Any]]] = []
+    while len(out) < count:
+        for batches in zip(*loaders_, strict=True):
+            out.append(list(batches))
+            if len(out) == count:
+                break
+    return out
+
+
+def test_lance_and_parquet_mixed_the_same_on_every_world_size(tables: tuple[Any, Path]) -> None:
+    one = steps(loaders(tables, 1), 20)
+    for world in (2, 3, 5):
+        assert steps(loaders(tables, world), 20) == one
+    for step in one:  # 3:1 of 12 rows: exactly 9 and 3 every step
+        assert Counter(s for s, _ in step) == {0: 9, 1: 3}
+    code = [row for step in one for s, row in step if s == 1]
+    assert sorted(code[:45]) == list(range(PARQUET_BASE, PARQUET_BASE + 45))  # a whole pass
+    assert sorted(code[45:]) == sorted(set(code[45:]))  # the next pass begins, once each row
+
+
+def test_resume_from_a_file_on_another_world_size_equals_the_uninterrupted_run(
+    tables: tuple[Any, Path], tmp_path: Path
+) -> None:
+    whole = steps(loaders(tables, 2), 20)
+    first = loaders(tables, 2)
+    assert steps(first, 7) == whole[:7]
+    path = checkpoint.save(first[1].state_dict(), tmp_path / "mix.json")
+    assert first[0].state_dict() == first[1].state_dict()  # the same on every rank
+    resumed = loaders(tables, 3, g=G)
+    for dl in resumed:
+        dl.load_state_dict(checkpoint.load(path))
+    assert steps(resumed, 13) == whole[7:]
+    assert "web" in format_inspect(path) and "3/4" in format_inspect(path)
+
+
+def test_new_weights_at_a_resume_take_effect_from_that_step(tables: tuple[Any, Path]) -> None:
+    first = loaders(tables, 2)
+    before = steps(first, 5)
+    state = first[0].state_dict()
+    resumed = loaders(tables, 3, g=8, weights=[1, 1])
+    for dl in resumed:
+        dl.load_state_dict(state)
+    after = steps(resumed, 12)
+    for step in after:
+        assert Counter(s for s, _ in step) == {0: 4, 1: 4}
+    # each table's pass goes on from its cursors: no row twice before a pass is done
+    code = [row for step in before + after for s, row in step if s == 1]
+    assert len(set(code[: 15 + 7 * 4])) == 15 + 7 * 4  # the pass ends inside resumed step 8
+    assert set(code[: 15 + 8 * 4]) == set(range(PARQUET_BASE, PARQUET_BASE + 45))
+    web = [row for step in before + after for s, row in step if s == 0]
+    assert len(web) == len(set(web)) == 45 + 4 * 12
+
+
+def test_a_state_whose_datasets_differ_is_refused(tables: tuple[Any, Path], tmp_path: Path) -> None:
+    dl = loaders(tables, 1)[0]
+    steps([dl], 2)
+    state = dl.state_dict()
+    lance, _ = tables
+    web = StreamingDataset(lance, columns=["id", "label"], num_splits=4, shuffle_seed=5)
+    with pytest.raises(ValueError, match="names"):  # a dataset removed
+        MixedDataset({"web": web}, [1]).load_state_dict(state)
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(make_rows(PARQUET_BASE, PARQUET_BASE + 46), other / "part-0.parquet")
+    changed = StreamingDataset(str(other), columns=["id", "label"], num_splits=3, shuffle_seed=6)
+    with pytest.raises(ValueError, match=r"sources\[1\].*'code'"):  # a table changed
+        MixedDataset({"web": web, "code": changed}, [3, 1]).load_state_dict(state)
+    with pytest.raises(ValueError, match="mixture's state"):
+        web.load_state_dict(state)
+    with pytest.raises(ValueError, match="single dataset's state"):
+        MixedDataset({"web": web}, [1]).load_state_dict(web.state_dict())
+    broken = {**state, "phase_counts": [0, 99]}
+    with pytest.raises(ValueError, match="phase_counts"):
+        checkpoint.save(broken, tmp_path / "bad.json")
+
+
+def test_litdata_spelling(tables: tuple[Any, Path]) -> None:
+    lance, folder = tables
+    a = StreamingDataset(lance, columns=["id", "label"], num_splits=4)
+    b = StreamingDataset(str(folder), columns=["id", "label"], num_splits=3)
+    combined = CombinedStreamingDataset(datasets=[a, b], iterate_over_all=True)
+    dl = StreamingDataLoader(combined, batch_size=11)
+    ids = [i for batch in dl for i in batch["id"].tolist()]
+    assert len(dl) == len(ids) // 11 == (120 + 45) // 11  # one pass of each, in proportion
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 165
+    with pytest.raises(ValueError, match="iterate_over_all"):
+        CombinedStreamingDataset(datasets=[a, b], weights=[0.5, 0.5], iterate_over_all=True)
+
+
+def test_bad_mixtures_say_what_to_fix(tables: tuple[Any, Path]) -> None:
+    lance, _ = tables
+    a = StreamingDataset(lance, columns=["id"], num_splits=4)
+    b = StreamingDataset(lance, columns=["id"], num_splits=4, rank=1, world_size=2)
+    with pytest.raises(ValueError, match="one world"):
+        MixedDataset([a, b], [1, 1])
+    with pytest.raises(TypeError, match="StreamingDataset"):
+        MixedDataset([a, "b"], [1, 1])
+    with pytest.raises(ValueError, match="world_size=2 is more than the global batch"):
+        StreamingDataLoader(MixedDataset([b], [1]), global_batch_size=1)
+
+
+def token_table(docs: int, base: int) -> pa.Table:
+    tokens = [[base + d * 100 + t + 1 for t in range(3 + d % 5)] for d in range(docs)]
+    return pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32()))})
+
+
+def packed(world: int, weights: list[int]) -> list[StreamingDataLoader]:
+    out = []
+    for rank in range(world):
+        kw = {
+            "columns": ["tokens"],
+            "rank": rank,
+            "world_size": world,
+            "eos_id": 0,
+            "pack_sequences": 8,
+        }
+        a = StreamingDataset(token_table(40, 0), num_splits=2, **kw)
+        b = StreamingDataset(token_table(25, 100_000), num_splits=3, **kw)
+        out.append(StreamingDataLoader(MixedDataset([a, b], weights), global_batch_size=6))
+    return out
+
+
+def blocks(loaders_: list[StreamingDataLoader], count: int) -> list[list[tuple[int, ...]]]:
+    out = []
+    for batches in _global(loaders_, count):
+        rows = []
+        for batch in batches:
+            b, seq = batch["input_ids"].shape
+            assert batch["source"].tolist() == sorted(batch["source"].tolist())  # layout order
+            assert batch["cu_seqlens"][-1] == b * seq and len(batch["source"]) == b
+            assert bool((batch["cu_seqlens"][1:] > batch["cu_seqlens"][:-1]).all())
+            rows.extend(
+                (s, *row)
+                for s, row in zip(
+                    batch["source"].tolist(), batch["input_ids"].tolist(), strict=True
+                )
+            )
+        out.append(sorted(rows))
+    return out
+
+
+def test_packed_mixture_is_token_exact_across_a_resize() -> None:
+    whole = blocks(packed(1, [1, 2]), 12)
+    for step in whole:
+        assert Counter(r[0] for r in step) == {0: 2, 1: 4}
+    assert blocks(packed(3, [1, 2]), 12) == whole
+    first = packed(2, [1, 2])
+    assert blocks(first, 5) == whole[:5]
+    state = first[0].state_dict()
+    resumed = packed(3, [1, 2])
+    for dl in resumed:
+        dl.load_state_dict(state)
+    assert blocks(resumed, 7) == whole[5:]
