@@ -1,6 +1,7 @@
 """elastic-loader: exactly-once, elastic, checkpoint-anywhere data loading for PyTorch.
 
     from loader import StreamingDataset, StreamingDataLoader
+    from loader import MixedDataset  # several datasets at set proportions
 
 Exports load lazily, so `import loader.layout` (the dashboard does) costs no torch import.
 """
@@ -15,11 +16,14 @@ if TYPE_CHECKING:
     from loader.dataloader import StreamingDataLoader
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
+    from loader.mixture import CombinedStreamingDataset, MixedDataset
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.watchdog import DataWaitTimeout
 
 _EXPORTS = {
+    "CombinedStreamingDataset": "loader.mixture",
+    "MixedDataset": "loader.mixture",
     "DataWaitTimeout": "loader.watchdog",
     "PinnedVersionGoneError": "loader.sources.base",
     "PlanSpec": "loader.plan",
@@ -32,7 +36,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CombinedStreamingDataset",
     "DataWaitTimeout",
+    "MixedDataset",
     "PinnedVersionGoneError",
     "PlanSpec",
     "SourceUnreachableError",

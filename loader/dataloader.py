@@ -26,8 +26,8 @@ from loader.mainguard import check_main_guard
 from loader.mixture import MixedDataset
 from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
-from loader.progress import Batching, Progress
-from loader.stream import BatchTask, RankStream
+from loader.progress import Batching
+from loader.readable import Position, Readable, Stream
 from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
@@ -73,7 +73,7 @@ class _BatchReads(Dataset[list[Any]]):
 
     def __init__(
         self,
-        dataset: StreamingDataset,
+        dataset: Readable,
         batch_transform: Callable[[Any], Any] | None,
         sub_reads: int = 1,
     ) -> None:
@@ -81,8 +81,9 @@ class _BatchReads(Dataset[list[Any]]):
         self.batch_transform = batch_transform
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
-        batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
+    def __getitem__(self, task: Any) -> list[Any]:  # a BatchTask, or a mixture's MixTask
+        reader: Any = self.streaming_dataset.reader  # a mixture's reads MixTasks
+        batches = reader.batches(task, self.sub_reads)
         if self.batch_transform is None:
             return batches
         return [self.batch_transform(batch) for batch in batches]
@@ -91,17 +92,17 @@ class _BatchReads(Dataset[list[Any]]):
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
 
 
-class _TaskSampler(Sampler[BatchTask]):
+class _TaskSampler(Sampler[Any]):
     """Yields the tasks of the current stream (main process only). It refers to the
     progress, not the loader, so a loader is freed as soon as it is dropped."""
 
-    def __init__(self, progress: Progress, batching: Batching, batches_per_read: int) -> None:
+    def __init__(self, progress: Position, batching: Batching, batches_per_read: int) -> None:
         self._progress = progress
         self._batching = batching
         self.batches_per_read = batches_per_read
-        self.stream: RankStream | None = None
+        self.stream: Stream | None = None
 
-    def __iter__(self) -> Iterator[BatchTask]:
+    def __iter__(self) -> Iterator[Any]:
         assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
         return self.stream.tasks(self.batches_per_read)
 
@@ -154,7 +155,7 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def __init__(
         self,
-        dataset: StreamingDataset,
+        dataset: Readable,
         batch_size: Any = _DEFAULT_BATCH,
         num_workers: int = 0,
         drop_last: bool = False,
@@ -246,7 +247,7 @@ class StreamingDataLoader(DataLoader[Any]):
             raise AttributeError("drop_last is fixed at construction")
 
     @property
-    def progress(self) -> Progress:
+    def progress(self) -> Position:
         """The position (the dataset's: loaders over one dataset share it)."""
         return self.streaming_dataset.progress
 
@@ -281,7 +282,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 wire.EPOCH_END, epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
             )
 
-    def _batches(self, stream: RankStream) -> Iterator[Any]:
+    def _batches(self, stream: Stream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
         threaded read-ahead without them."""
         if self.num_workers > 0:
@@ -412,17 +413,18 @@ class StreamingDataLoader(DataLoader[Any]):
         return client
 
     def _snapshot(self) -> dict[str, Any]:
-        if isinstance(self.streaming_dataset, MixedDataset):  # per dataset, not per split
-            mix = self.streaming_dataset
-            return {"epoch": mix.epoch, "step": self.step, "global_step": self.global_step,
-                    "mixture": mix.facts()}
+        ds = self.streaming_dataset
+        if isinstance(ds, MixedDataset):  # per dataset, not per split
+            facts = ds.facts()
+            return {"epoch": ds.epoch, "step": self.step, "global_step": self.global_step, "mixture": facts}
+        assert isinstance(ds, StreamingDataset)
         splits = self.splits
         return {
             "epoch": self.progress.epoch,
             "step": self.step,
             "global_step": self.global_step,
             "splits": [splits.start, splits.stop],
-            "cursors": list(self.progress.cursors[splits.start : splits.stop]),
+            "cursors": list(ds.progress.cursors[splits.start : splits.stop]),
             **self._tokens(),
         }
 
@@ -431,16 +433,16 @@ class StreamingDataLoader(DataLoader[Any]):
         block length: exact, a short last batch included) and the epoch's blocks per split
         (what the cursors count up to), when packing (for the dashboard)."""
         ds = self.streaming_dataset
-        if ds.packing is None:
+        if ds.packing is None or isinstance(ds, MixedDataset):
             return {}
         splits = self.splits
-        blocks = sum(self.progress.cursors[splits.start : splits.stop])
+        blocks = sum(ds.progress.cursors[splits.start : splits.stop])
         tokens = blocks * ds.packing.spec.seq_len
         return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
 
 
 def _batching(
-    dataset: StreamingDataset,
+    dataset: Readable,
     batch_size: int | None,
     global_batch_size: int | None,
     drop_last: bool,
@@ -472,9 +474,7 @@ def _mixture_fits(num_splits: int, world_size: int, global_batch: int) -> None:
     check_world_size(1, world_size, global_batch)
 
 
-def _check_torch_kwargs(
-    dataset: StreamingDataset, shuffle: bool | None, kwargs: dict[str, Any]
-) -> None:
+def _check_torch_kwargs(dataset: Readable, shuffle: bool | None, kwargs: dict[str, Any]) -> None:
     """Accept torch/LitData arguments that agree with the plan; refuse those that do not."""
     planned = [k for k in _PLANNED if kwargs.get(k) is not None]
     if planned:

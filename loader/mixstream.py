@@ -131,10 +131,11 @@ class MixProgress:
         return stream is self._stream
 
     def record(self, stream: Any) -> None:
-        if stream is not self._stream:
-            return
-        self._pos, _ = self._mixture.mix_plan.step(self._pos, stream.global_batch)
-        self._batch_epoch = stream.epoch
+        current = self._stream
+        if current is None or stream is not current:
+            return  # a stale stream, replaced by a later start or a load
+        self._pos, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
+        self._batch_epoch = current.epoch
         self.step += 1
 
     def batches(self, batching: Batching) -> int:
