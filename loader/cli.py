@@ -46,18 +46,35 @@ def _storage_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def _mix_spec(text: str) -> object:
+    from loader.mixplanner import parse_spec  # imported only when a mixture is planned
+
+    return parse_spec(text)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elastic-loader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="what a (rows, num_splits) layout supports")
-    plan.add_argument("--rows", type=_count(1), required=True, help="rows N after the filter")
-    plan.add_argument("--num-splits", type=_count(1), required=True, help="S")
+    plan.add_argument("--rows", type=_count(1), default=None, help="rows N after the filter")
+    plan.add_argument("--num-splits", type=_count(1), default=None, help="S")
     plan.add_argument("--world-sizes", type=_world_sizes, default=None, help="e.g. '4,6,8'")
     plan.add_argument(
         "--num-workers", type=_count(0), default=0, help="DataLoader workers per rank"
     )
     plan.add_argument("--global-batch", type=_count(1), default=None, help="G = W * batch_size")
+    plan.add_argument(
+        "--mixture",
+        type=_mix_spec,
+        action="append",
+        default=[],
+        metavar="NAME=ROWS/SPLITS[@WEIGHT]",
+        help="a dataset of a mixture (repeat per dataset; then --global-batch is required)",
+    )
+    plan.add_argument(
+        "--iterate-over-all", action="store_true", help="a mixture's epoch reads every pass"
+    )
 
     inspect = sub.add_parser("inspect", help="describe a checkpoint file (path or s3:// URI)")
     inspect.add_argument("path")
@@ -103,6 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loader.planner import print_plan
 
         try:
+            if args.mixture:
+                from loader.mixplanner import print_mixture_plan
+
+                return print_mixture_plan(args.mixture, args.global_batch, args.iterate_over_all)
+            if args.rows is None or args.num_splits is None:
+                raise ValueError("--rows and --num-splits are required (or --mixture)")
             return print_plan(
                 rows=args.rows,
                 num_splits=args.num_splits,

@@ -15,7 +15,12 @@ def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
 
     names, weights = state[ms.KEY_NAMES], state[ms.KEY_WEIGHTS]
     rule = state[ms.KEY_EPOCH_RULE]
-    epoch_text = f"{rule} steps" if isinstance(rule, int) else rule.replace("_", " ")
+    if isinstance(rule, int):
+        epoch_text = f"{rule} steps"
+    elif rule.startswith("pass_of:"):
+        epoch_text = f"the end of a pass of {names[int(rule[8:])]}"
+    else:
+        epoch_text = rule.replace("_", " ")
     rows = [
         ("mixture", f"{len(names)} datasets: " + ", ".join(f"{n} {w}" for n, w in zip(names, weights, strict=True))),
         ("  epoch", f"{state[st.KEY_EPOCH]}, step {state[st.KEY_STEP]} (an epoch ends at {epoch_text}); "

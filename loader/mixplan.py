@@ -30,6 +30,25 @@ from loader.layout import slice_bounds
 FLOAT_DENOMINATOR = 10**6  # a float weight is read as the nearest fraction this fine
 FIRST_PASS = "first_pass"  # the epoch ends with the step in which a source completes a pass
 ALL_PASSES = "all_passes"  # ... in which the last source completes one
+PASS_OF = "pass_of:"  # "pass_of:K": ... in which source K completes one
+
+
+def pass_of(source: int) -> str:
+    return f"{PASS_OF}{source}"
+
+
+def longest_pass(pass_rows: Sequence[int], weights: Weights) -> int:
+    """The source of weight > 0 whose pass takes the most steps (rows per unit of share);
+    ties: the first. What ends a mixture's epoch by default."""
+    active = [k for k, share in enumerate(weights.shares) if share]
+    return max(active, key=lambda k: (Fraction(pass_rows[k], weights.shares[k]), -k))
+
+
+def rule_source(rule: str | int) -> int | None:
+    """K of a "pass_of:K" rule, else None."""
+    if isinstance(rule, str) and rule.startswith(PASS_OF) and rule[len(PASS_OF) :].isdigit():
+        return int(rule[len(PASS_OF) :])
+    return None
 
 
 @dataclass(frozen=True)
@@ -160,7 +179,7 @@ class MixPlan:
     num_splits: tuple[int, ...]
     units: Callable[[int, int], int]  # (source, pass) -> units per split of that pass
     seed: int | None = None
-    epoch_rule: str | int = FIRST_PASS  # FIRST_PASS, ALL_PASSES or a number of steps
+    epoch_rule: str | int = FIRST_PASS  # FIRST_PASS, ALL_PASSES, pass_of(k) or a number of steps
 
     def order(self, global_step: int) -> list[int]:
         """The order in which the sources' rows are laid out in a step: fixed, or a
@@ -219,29 +238,36 @@ class MixPlan:
         return after_pos, segments
 
     def _active(self) -> list[int]:
+        """The sources whose passes end epochs: those of weight > 0, or the rule's one."""
+        source = rule_source(self.epoch_rule)
+        if source is not None:
+            return [source] if self.weights.shares[source] > 0 else []
         return [k for k, share in enumerate(self.weights.shares) if share > 0]
 
     def _epoch_done(self, pos: MixPosition) -> bool:
         if isinstance(self.epoch_rule, int):
             return pos.step >= self.epoch_rule
         done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in self._active()]
-        return any(done) if self.epoch_rule == FIRST_PASS else all(done)
+        return any(done) if self.epoch_rule != ALL_PASSES else all(done)
 
     def steps_left(self, pos: MixPosition, global_batch: int) -> int:
         """Steps until the mixture epoch of `pos` ends (from the counts alone: O(K log T)
         kernel calls, each O(min(rows, 2 * period)))."""
         if isinstance(self.epoch_rule, int):
             return max(0, self.epoch_rule - pos.step)
+        active = self._active()
+        if not active:
+            raise ValueError(f"epoch rule {self.epoch_rule!r} names a dataset of weight 0")
         ends = []
-        for k in self._active():
+        for k in active:
             at = pos.sources[k]
             if at.epoch > pos.epoch_passes[k]:
                 ends.append(0)
             else:
-                ends.append(self._steps_to_supply(pos, k, self.left_in_pass(k, at), global_batch))
-        return min(ends) if self.epoch_rule == FIRST_PASS else max(ends)
+                ends.append(self.steps_to_supply(pos, k, self.left_in_pass(k, at), global_batch))
+        return max(ends) if self.epoch_rule == ALL_PASSES else min(ends)
 
-    def _steps_to_supply(self, pos: MixPosition, k: int, rows: int, global_batch: int) -> int:
+    def steps_to_supply(self, pos: MixPosition, k: int, rows: int, global_batch: int) -> int:
         """The fewest steps after which source k has supplied `rows` more rows."""
 
         def enough(steps: int) -> bool:

@@ -18,7 +18,16 @@ from loader import args
 from loader import mixture_state as ms
 from loader import state as st
 from loader.dataset import StreamingDataset
-from loader.mixplan import ALL_PASSES, FIRST_PASS, MixPlan, MixPosition, SourceAt, Weights
+from loader.mixplan import (
+    ALL_PASSES,
+    FIRST_PASS,
+    MixPlan,
+    MixPosition,
+    SourceAt,
+    Weights,
+    longest_pass,
+    pass_of,
+)
 from loader.mixreader import SOURCE_FIELD, MixReader
 from loader.mixstream import MixProgress
 from loader.plan import PlanSpec
@@ -52,9 +61,11 @@ class MixedDataset:
         seed: None lays each step's rows out dataset by dataset in list order; an int
             shuffles that order per step (which rank holds which dataset's rows), never
             which rows the step holds.
-        steps_per_epoch: the mixture's epoch in global steps. None: the epoch ends with the
-            step in which a dataset (of weight > 0) completes its pass, or with
-            iterate_over_all=True the step in which the last one does.
+        steps_per_epoch: the mixture's epoch in global steps, if given. Otherwise an
+            epoch ends with the step in which `epoch_source` (a name) completes its pass;
+            by default the dataset whose pass takes the most steps at these weights (the
+            others repeat as their passes run out). iterate_over_all=True: with the step in
+            which the last dataset completes one.
     """
 
     def __init__(
@@ -64,6 +75,7 @@ class MixedDataset:
         *,
         seed: int | None = None,
         steps_per_epoch: int | None = None,
+        epoch_source: str | None = None,
         iterate_over_all: bool = False,
     ) -> None:
         self.names, self.datasets = _named(datasets)
@@ -79,14 +91,11 @@ class MixedDataset:
         self._weights_given = weights is not None
         if weights is None:
             weights = [ds.num_splits * ds.units_per_split(ds.epoch) for ds in self.datasets]
-        rule: str | int = (
-            ALL_PASSES if args.boolean("iterate_over_all", iterate_over_all) else FIRST_PASS
-        )
-        if steps_per_epoch is not None:
-            rule = args.integer("steps_per_epoch", steps_per_epoch, 1)
+        shares = Weights.of(weights, len(self.datasets))
+        rule = self._epoch_rule(shares, steps_per_epoch, epoch_source, iterate_over_all)
         seed = args.optional_integer("seed", seed, 0)
         self.mix_plan = MixPlan(
-            Weights.of(weights, len(self.datasets)),
+            shares,
             tuple(ds.num_splits for ds in self.datasets),
             self._units,
             seed,
@@ -97,6 +106,23 @@ class MixedDataset:
             epoch, cursors, _ = ds.progress.position()
             sources.append(SourceAt(epoch, tuple(cursors)))
         self.progress = MixProgress(self, MixPosition.start(sources))
+
+    def _epoch_rule(
+        self, shares: Weights, steps: int | None, source: str | None, over_all: bool
+    ) -> str | int:
+        if steps is not None:
+            return args.integer("steps_per_epoch", steps, 1)
+        if source is not None:
+            if source not in self.names:
+                raise ValueError(f"epoch_source={source!r} is not one of {list(self.names)}")
+            k = self.names.index(source)
+            if shares.shares[k] == 0:
+                raise ValueError(f"epoch_source={source!r} has weight 0: its pass never ends")
+            return pass_of(k)
+        if args.boolean("iterate_over_all", over_all):
+            return ALL_PASSES
+        rows = [ds.num_splits * ds.units_per_split(ds.epoch) for ds in self.datasets]
+        return pass_of(longest_pass(rows, shares))
 
     def _units(self, k: int, epoch: int) -> int:
         return self.datasets[k].units_per_split(epoch)
@@ -333,4 +359,7 @@ def CombinedStreamingDataset(  # LitData's class name
             "force_override_state_dict=True: a mixture refuses a state whose datasets differ; "
             "pass allow_source_change=True to the StreamingDataset whose table changed"
         )
-    return MixedDataset(datasets, weights, seed=seed, iterate_over_all=iterate_over_all)
+    mix = MixedDataset(datasets, weights, seed=seed, iterate_over_all=iterate_over_all)
+    if not iterate_over_all:  # LitData's: the epoch ends when a dataset runs out
+        mix.mix_plan = replace(mix.mix_plan, epoch_rule=FIRST_PASS)
+    return mix

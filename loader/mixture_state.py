@@ -19,7 +19,7 @@ FORMAT_VERSION = 1
 KEY_NAMES = "names"
 KEY_WEIGHTS = "weights"  # the shares in effect, reduced fractions as text ("7/10")
 KEY_SEED = "seed"
-KEY_EPOCH_RULE = "epoch_rule"  # "first_pass", "all_passes" or a number of steps
+KEY_EPOCH_RULE = "epoch_rule"  # "first_pass", "all_passes", "pass_of:K" or a number of steps
 KEY_PHASE_START = "phase_start"  # the global step at which the weights took effect
 KEY_PHASE_COUNTS = "phase_counts"  # rows per dataset since phase_start
 KEY_EPOCH_PASSES = "epoch_passes"  # each dataset's pass when the mixture epoch began
@@ -63,9 +63,16 @@ def check_mixture_state(state: Any) -> None:
     count = len(names)
     shares = _fractions(state[KEY_WEIGHTS], count)
     rule = state[KEY_EPOCH_RULE]
-    if rule not in ("first_pass", "all_passes") and not (st.is_count(rule) and rule >= 1):
+    named = isinstance(rule, str) and rule.startswith("pass_of:") and rule[8:].isdigit()
+    if named and int(rule[8:]) >= count:
+        raise st.StateError(KEY_EPOCH_RULE, f"is {rule!r}, but there are {count} datasets")
+    if (
+        rule not in ("first_pass", "all_passes")
+        and not named
+        and not (st.is_count(rule) and rule >= 1)
+    ):
         raise st.StateError(
-            KEY_EPOCH_RULE, f"is {rule!r}, expected first_pass, all_passes or steps >= 1"
+            KEY_EPOCH_RULE, f"is {rule!r}, expected first_pass, all_passes, pass_of:K or steps >= 1"
         )
     if state.get(KEY_SEED) is not None:
         st.check_count(KEY_SEED, state[KEY_SEED])

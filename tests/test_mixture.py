@@ -226,3 +226,24 @@ def test_packed_mixture_is_token_exact_across_a_resize() -> None:
     for dl in resumed:
         dl.load_state_dict(state)
     assert blocks(resumed, 7) == whole[5:]
+
+
+def test_plan_command_for_a_mixture(capsys: pytest.CaptureFixture[str]) -> None:
+    from loader.cli import main
+
+    specs = ["--mixture", "web=120/4@3", "--mixture", "code=45/3@1"]
+    assert main(["plan", *specs, "--global-batch", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "epoch: 15 steps (until code completes" in out  # 45 rows at 3 a step
+    assert "web                3/4           9" in out
+    assert main(["plan", *specs]) == 2
+    assert "--global-batch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", "--mixture", "web=120"])
+
+
+def test_the_loader_epoch_is_the_planned_one(tables: tuple[Any, Path]) -> None:
+    dl = loaders(tables, 1)[0]
+    assert len(dl) == 15 == sum(1 for _ in dl)  # a pass of code: 45 rows, 3 a step
+    assert dl.progress.epoch == 0 and len(dl) == 15 == sum(1 for _ in dl)
+    assert dl.progress.epoch == 1

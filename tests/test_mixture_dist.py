@@ -28,7 +28,7 @@ def test_two_ranks_with_workers_save_one_rank_resumes(tmp_path: Path) -> None:
         mixture(str(db), str(folder), 0, 1), global_batch_size=GLOBAL_BATCH
     )
     whole = []
-    while len(whole) < 20:  # across the mixture's epoch end (the Parquet pass, 15 steps)
+    while len(whole) < 20:  # across the mixture's epoch end (the LanceDB pass ends in step 14)
         whole.extend(
             sorted(zip(b["source"].tolist(), b["id"].tolist(), strict=True)) for b in reference
         )

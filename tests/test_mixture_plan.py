@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from loader.kernels.mix import _mix_counts
 from loader.layout import slice_bounds
-from loader.mixplan import ALL_PASSES, FIRST_PASS, MixPlan, MixPosition, SourceAt, Weights
+from loader.mixplan import (
+    ALL_PASSES,
+    FIRST_PASS,
+    MixPlan,
+    MixPosition,
+    SourceAt,
+    Weights,
+    pass_of,
+)
 from loader.mixstream import MixStream
 from loader.stream import task_order_indices
 from loader.world import World
@@ -91,7 +99,9 @@ def mixtures(draw):
         weights[0] = 1
     g = draw(st.integers(1, 24))
     world = draw(st.integers(1, g))
-    rule = draw(st.sampled_from([FIRST_PASS, ALL_PASSES, 1, 4]))
+    rule = draw(st.sampled_from([FIRST_PASS, ALL_PASSES, pass_of(0), 1, 4]))
+    if rule == pass_of(0) and weights[0] == 0:
+        weights[0] = 1
     seed = draw(st.sampled_from([None, 0, 7]))
     return sizes, weights, g, world, rule, seed
 
@@ -179,7 +189,9 @@ def test_epoch_ends_where_the_rule_says(mix) -> None:
         assert after(plan, pos, g, steps - 1).epoch == 0
     active = [k for k, w in enumerate(weights) if w]
     done = [walked.sources[k].epoch > 0 for k in active]
-    if rule == FIRST_PASS:
+    if rule == pass_of(0):
+        assert walked.sources[0].epoch >= 1
+    elif rule == FIRST_PASS:
         assert any(done)
     elif rule == ALL_PASSES:
         assert all(done)
