@@ -145,8 +145,8 @@ def test_resume_on_another_world_size_with_new_weights(mix, crash: int, g2: int,
     sizes, weights, g, world, rule, seed = mix
     world2 = data.draw(st.integers(1, g2))
     new = data.draw(st.lists(st.integers(0, 9), min_size=len(sizes), max_size=len(sizes)))
-    if sum(new) == 0:
-        new[-1] = 1
+    if sum(new) == 0 or (rule == pass_of(0) and new[0] == 0):  # as MixedDataset requires
+        new[0] = 1
     plan = make_plan(sizes, weights, rule, seed)
     start = MixPosition.start([SourceAt(0, (0,) * s) for s, _ in sizes])
     before = global_steps(plan, start, world, g, crash)
