@@ -13,6 +13,7 @@ is the same rows on every W <= G, and each rank's batch is G//W rows or one more
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,7 +26,6 @@ from numpy.typing import NDArray
 from loader.kernels.mix import PERIOD_LIMIT, _mix_counts
 from loader.kernels.permute import mix64
 from loader.kernels.stream import _advance, _slice_runs
-from loader.layout import slice_bounds
 
 FLOAT_DENOMINATOR = 10**6  # a float weight is read as the nearest fraction this fine
 FIRST_PASS = "first_pass"  # the epoch ends with the step in which a source completes a pass
@@ -87,10 +87,13 @@ class Weights:
         """The shares as reduced fractions ("7/10"), what the state saves."""
         return [str(f) for f in self.fractions()]
 
+    @functools.cached_property
+    def _array(self) -> NDArray[np.int64]:
+        return np.asarray(self.shares, dtype=np.int64)
+
     def counts_after(self, counts: tuple[int, ...], rows: int) -> tuple[int, ...]:
-        arr = np.asarray(counts, dtype=np.int64)
-        out = _mix_counts(np.asarray(self.shares, dtype=np.int64), self.period, arr, rows)
-        return tuple(int(c) for c in out)
+        out = _mix_counts(self._array, self.period, np.asarray(counts, dtype=np.int64), rows)
+        return tuple(out.tolist())
 
 
 def _fraction(value: Any, name: str) -> Fraction:
@@ -166,7 +169,7 @@ class Piece:
 
     source: int
     epoch: int
-    runs: NDArray[np.int64]  # (R, 3)
+    runs: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]  # splits, starts, stops
     count: int
 
 
@@ -295,13 +298,6 @@ def rank_pieces(segments: list[Segment], lo: int, hi: int) -> list[Piece]:
         first, last = max(lo - seg.offset, 0), min(hi - seg.offset, seg.count)
         if first >= last:
             continue
-        splits, starts, stops = _slice_runs(seg.before, seg.after, first, last)
-        pieces.append(
-            Piece(seg.source, seg.epoch, np.stack((splits, starts, stops), axis=1), last - first)
-        )
+        runs = _slice_runs(seg.before, seg.after, first, last)
+        pieces.append(Piece(seg.source, seg.epoch, runs, last - first))
     return pieces
-
-
-def rank_share(rank: int, world_size: int, global_batch: int) -> tuple[int, int]:
-    """Positions [lo, hi) of a step's G rows that rank `rank` reads."""
-    return slice_bounds(rank, world_size, global_batch)

@@ -3,14 +3,18 @@ reader, then each batch joined in layout order with the `source` of every row (o
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
+from numpy.typing import NDArray
 
-from loader.convert import Ragged
+from loader.convert import Ragged, column_to_numpy, table_to_batch
 from loader.mixstream import MixTask
+from loader.reader import BatchReader
 
 SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
 
@@ -23,7 +27,24 @@ class MixReader:
         self.readers = tuple(readers)
 
     def batches(self, task: MixTask, sub_reads: int = 1) -> list[Any]:
-        parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
+        rows = all(
+            type(self.readers[k]) is BatchReader and not self.readers[k].transform
+            for k, _ in task.groups
+        )
+        if rows:  # plain rows: numeric columns copied once, straight into place
+            reads = [
+                self.readers[k].read(self.readers[k].positions(t), sub_reads)
+                for k, t in task.groups
+            ]
+            placed = _placed(task, reads)
+            if placed is not None:
+                return placed
+            parts = [
+                _split(table_to_batch(table, order), t.sizes)
+                for (table, order), (_, t) in zip(reads, task.groups, strict=True)
+            ]
+        else:
+            parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
         out = []
         for items in task.layout:
             pieces = [parts[g][i] for g, i in items]
@@ -34,6 +55,48 @@ class MixReader:
 
     def __getitem__(self, task: MixTask) -> list[Any]:
         return self.batches(task)
+
+
+def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    bounds = np.cumsum((0, *sizes)).tolist()
+    return [{k: v[a:b] for k, v in whole.items()} for a, b in itertools.pairwise(bounds)]
+
+
+def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> list[Any] | None:
+    """The task's batches as slices of one tensor per column, each group's rows taken from
+    its read straight into their places (one copy, as a single dataset's read); None when a
+    column is not numeric, has nulls, or differs in type between datasets (then the
+    general join, which also names the problem)."""
+    names = reads[0][0].column_names
+    if any(table.column_names != names for table, _ in reads):
+        return None
+    bounds = [np.cumsum((0, *t.sizes)).tolist() for _, t in task.groups]
+    places = []  # (group, rows of its read, start in the output)
+    start = 0
+    for items in task.layout:
+        for g, i in items:
+            places.append((g, reads[g][1][bounds[g][i] : bounds[g][i + 1]], start))
+            start += bounds[g][i + 1] - bounds[g][i]
+    out: dict[str, Any] = {}
+    for name in names:
+        arrays = []
+        for table, _ in reads:
+            column = table.column(name).combine_chunks()
+            values = column_to_numpy(column) if column.null_count == 0 else None
+            if values is None:
+                return None
+            arrays.append(values)
+        if any(a.dtype != arrays[0].dtype or a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            return None
+        dest = np.empty((start, *arrays[0].shape[1:]), dtype=arrays[0].dtype)
+        for g, rows, at in places:  # one copy into place ("clip": with "raise", out= buffers)
+            np.take(arrays[g], rows, axis=0, out=dest[at : at + len(rows)], mode="clip")
+        out[name] = torch.from_numpy(dest)
+    sources = np.concatenate(
+        [np.full(len(rows), task.groups[g][0], dtype=np.int64) for g, rows, _ in places]
+    )
+    out[SOURCE_FIELD] = torch.from_numpy(sources)
+    return _split(out, task.sizes)
 
 
 def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:

@@ -48,10 +48,9 @@ def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> Mi
         layout.append(tuple(items))
     groups = []
     for (source, pass_), pieces in zip(keys, parts, strict=True):
-        runs = np.concatenate([p.runs for p in pieces])
-        task = BatchTask(
-            pass_, index, tuple(p.count for p in pieces), runs, tuple(len(p.runs) for p in pieces)
-        )
+        runs = np.stack([np.concatenate([p.runs[c] for p in pieces]) for c in range(3)], axis=1)
+        counts = tuple(len(p.runs[0]) for p in pieces)
+        task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, counts)
         groups.append((source, task))
     return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
 
@@ -66,6 +65,7 @@ class MixStream:
         self.rank, self.world_size = world.rank, world.world_size
         self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
         self.num_batches = plan.steps_left(start, global_batch)
+        self.after: dict[int, MixPosition] = {}  # positions after steps the tasks walked
 
     def global_rows(self, index: int) -> int:
         return self.global_batch
@@ -77,8 +77,9 @@ class MixStream:
         pos = self.start
         for first in range(0, self.num_batches, batches_per_read):
             steps = []
-            for _ in range(first, min(first + batches_per_read, self.num_batches)):
+            for index in range(first, min(first + batches_per_read, self.num_batches)):
                 pos, segments = self.plan.step(pos, self.global_batch)
+                self.after[index] = pos  # `record` takes it instead of stepping again
                 steps.append(rank_pieces(segments, self.lo, self.hi))
             yield _mix_task(self.epoch, first, steps, self.hi - self.lo)
 
@@ -91,6 +92,7 @@ class MixProgress:
         self._mixture = mixture
         self._pos = position
         self._stream: MixStream | None = None
+        self._done = 0  # steps of `_stream` recorded
         self._batch_epoch = position.epoch
         self.step = position.step
 
@@ -111,7 +113,7 @@ class MixProgress:
         return self._pos
 
     def move(self, position: MixPosition) -> None:
-        self._pos, self._stream = position, None
+        self._pos, self._stream, self._done = position, None, 0
         self._batch_epoch, self.step = position.epoch, position.step
 
     def peek(self, batching: Batching) -> MixStream:
@@ -134,7 +136,11 @@ class MixProgress:
         current = self._stream
         if current is None or stream is not current:
             return  # a stale stream, replaced by a later start or a load
-        self._pos, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
+        walked = current.after.pop(self._done, None)
+        if walked is None:
+            walked, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
+        self._pos = walked
+        self._done += 1
         self._batch_epoch = current.epoch
         self.step += 1
 
