@@ -264,6 +264,7 @@ class StreamingDataLoader(DataLoader[Any]):
             check_main_guard(self._start_method())
         stream = self.progress.start(self._batching)
         self._task_sampler.stream = stream
+        self._tell_mixture()
         epoch_steps = 0
         waited = time.perf_counter()
         for index, batch in enumerate(self._batches(stream)):
@@ -365,6 +366,15 @@ class StreamingDataLoader(DataLoader[Any]):
                 epoch=state.get("epoch"),
                 global_step=self.global_step,
             )
+        self._tell_mixture()
+
+    def _tell_mixture(self) -> None:
+        """A mixture's weights and per-dataset progress, for the dashboard's Timeline."""
+        ds = self.streaming_dataset
+        if self._telemetry is not None and isinstance(ds, MixedDataset):
+            self._telemetry.event(
+                wire.MIXTURE, epoch=ds.epoch, step=self.step, global_step=self.global_step, **ds.facts()
+            )
 
     def note_checkpoint_saved(self, path: str | None = None) -> None:
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
@@ -399,8 +409,7 @@ class StreamingDataLoader(DataLoader[Any]):
             "local_rank": ds.world.local_rank,
             "world_size": ds.world_size,
             "num_workers": self.num_workers,
-            "num_splits": ds.num_splits,
-            **({} if isinstance(ds, MixedDataset) else {"rows_per_split": ds.rows_per_split}),
+            **self._layout(),
             "batch_size": self.batch_size,
             "global_batch_size": self.global_batch_size,
             **job_length(total_epochs, total_steps),
@@ -412,11 +421,18 @@ class StreamingDataLoader(DataLoader[Any]):
             client.set_snapshot(self._snapshot)
         return client
 
+    def _layout(self) -> dict[str, int]:
+        """What the collector places: S splits of L rows; a mixture's step is one layout of
+        G positions (its per-dataset facts go in `mixture` events)."""
+        ds = self.streaming_dataset
+        if isinstance(ds, MixedDataset):
+            return {"num_splits": self.global_batch_size}
+        return {"num_splits": ds.num_splits, "rows_per_split": ds.rows_per_split}
+
     def _snapshot(self) -> dict[str, Any]:
         ds = self.streaming_dataset
         if isinstance(ds, MixedDataset):  # per dataset, not per split
-            facts = ds.facts()
-            return {"epoch": ds.epoch, "step": self.step, "global_step": self.global_step, "mixture": facts}
+            return {"epoch": ds.epoch, "step": self.step, "global_step": self.global_step}
         assert isinstance(ds, StreamingDataset)
         splits = self.splits
         return {

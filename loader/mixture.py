@@ -271,17 +271,18 @@ class MixedDataset:
     # -- the dashboard's facts ----------------------------------------------------------
 
     def facts(self) -> dict[str, Any]:
-        """Per dataset: units read, passes, and the weights in effect (for telemetry)."""
+        """Per dataset: units read since the run began, passes, and the weights in effect
+        since `phase_start` (the data of the `mixture` telemetry event: text and int lists)."""
         pos = self.progress.position()
         seq_len = self.packing.spec.seq_len if self.packing is not None else None
         return {
-            "names": list(self.names),
-            "weights": self.mix_plan.weights.text(),
+            "names": ",".join(self.names),
+            "weights": ",".join(self.mix_plan.weights.text()),
             "phase_start": pos.phase_start,
             "supplied": list(pos.supplied),
             "tokens": [u * seq_len for u in pos.supplied] if seq_len else None,
             "passes": [s.epoch for s in pos.sources],
-            "num_splits": [ds.num_splits for ds in self.datasets],
+            "dataset_splits": [ds.num_splits for ds in self.datasets],
         }
 
     def __repr__(self) -> str:

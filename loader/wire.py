@@ -25,6 +25,9 @@ PROGRESS = "progress"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_LOADED = "checkpoint_loaded"
 EPOCH_END = "epoch_end"
+# A mixture's weights and per-dataset progress: at each `for` and each resume (where weights
+# may change). `data`: names, weights (text), phase_start, supplied/passes/tokens per dataset.
+MIXTURE = "mixture"
 # The client's last event: `data = {"reason": CLOSE_REASON_CLOSE | CLOSE_REASON_EXIT}`.
 # A rank that stops sending heartbeats without one crashed (or was killed).
 CLOSED = "closed"

@@ -348,6 +348,8 @@ def timeline(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
         item.update(epoch=row["epoch"], world_size_before=before, path=row["data"].get("path"))
         item.update(ranks=row["ranks"])
         item["label"] = _label(row["kind"], row["epoch"], row["step"], row["world_size"], before)
+        if row["kind"] == wire.MIXTURE:  # the weights in effect, as the loader sent them
+            item["label"] = _mixture_label(row["data"], row["step"])
         items.append(item)
     found = items + _outages(store, run) + _crash(store, run)
     return sorted(found, key=lambda item: item["ts"])
@@ -386,6 +388,14 @@ def _crash(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
     at = f" after step {last['global_step']:,}" if last["global_step"] is not None else ""
     item.update(ranks=len(dead), label=f"crashed: {who} stopped reporting{at}")
     return [item]
+
+
+def _mixture_label(data: dict[str, Any], step: int | None) -> str:
+    """'mixture: web 7/10, code 1/5, math 1/10 at step 1,200'."""
+    names, weights = str(data.get("names", "")).split(","), str(data.get("weights", "")).split(",")
+    shares = ", ".join(f"{n} {w}" for n, w in zip(names, weights, strict=False))
+    at = f" at step {step:,}" if step is not None else ""
+    return f"mixture: {shares}{at}"
 
 
 def _label(kind: str, epoch: int | None, step: int | None, world: int, before: int | None) -> str:
