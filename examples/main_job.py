@@ -265,7 +265,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[JobOptions, TrainConfig, arg
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--crash-at-step", type=int, default=None, help="default: mid-epoch")
     p.add_argument("--crash-rank", type=int, default=1)
-    p.add_argument("--resume-world", type=int, default=3, help="any W <= G (3 does not divide S = 8)")
+    p.add_argument(
+        "--resume-world", type=int, default=3, help="any W <= G (3 does not divide S = 8)"
+    )
     p.add_argument("--speed-batches", type=_ints, default=(256, 2048))
     p.add_argument("--speed-epochs", type=int, default=4)
     p.add_argument("--work-dir", type=Path, default=REPO / "checkpoints" / "main-job")

@@ -304,7 +304,9 @@ class RankJob:
             for batch in self.dl:
                 x = batch[FEATURES].to(device=self.device, dtype=dtype)
                 self.optimizer.zero_grad(set_to_none=True)
-                summed = F.cross_entropy(self.model(x), batch[LABEL].to(self.device), reduction="sum")
+                summed = F.cross_entropy(
+                    self.model(x), batch[LABEL].to(self.device), reduction="sum"
+                )
                 # loss_scale = W / rows of this global step: DDP's average over the W ranks
                 # then makes the gradient the global batch's mean, equal slices or not
                 (summed * self.dl.loss_scale).backward()

@@ -444,7 +444,9 @@ def _batching(
     drop_last = args.boolean("drop_last", drop_last)
     world, splits = dataset.world_size, dataset.num_splits
     if global_batch_size is None:
-        batch_size = args.integer("batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1)
+        batch_size = args.integer(
+            "batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1
+        )
         check_world_size(splits, world, batch_size * world)
         return Batching(batch_size, drop_last)
     global_batch_size = args.integer("global_batch_size", global_batch_size, 1)

@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
 from loader import state as st
-from loader.layout import check_world_size, owned_splits
+from loader.layout import owned_splits
 from loader.packing import (
     PACK_FIELDS,
     PackedTokens,
@@ -268,7 +268,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
         global_batch = self._row_global()
-        return self.make_state(ROWS if global_batch is None else Batching(None, False, global_batch))
+        return self.make_state(
+            ROWS if global_batch is None else Batching(None, False, global_batch)
+        )
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
         """Validate `state` against this dataset and move to it (effective at the next iteration).

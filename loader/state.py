@@ -121,7 +121,9 @@ def check_state(state: Any) -> None:
     world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], limit, low=1)
     reason = fit_reason(num_splits, world_size, global_batch)
     if reason:
-        raise StateError(KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})")
+        raise StateError(
+            KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})"
+        )
     check_count(KEY_STEP, state[KEY_STEP])
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])

@@ -250,7 +250,9 @@ class StepStream(RankStream):
         return self._share(self.global_rows(index))
 
     def _consumed(self, steps: int) -> int:
-        return min(steps, self._full) * self.global_batch + (self._tail if steps > self._full else 0)
+        return min(steps, self._full) * self.global_batch + (
+            self._tail if steps > self._full else 0
+        )
 
     def cursors_after(self, batches: int) -> list[int]:
         start = np.asarray(self.start, dtype=np.int64)
