@@ -218,6 +218,11 @@ class StreamingDataLoader(DataLoader[Any]):
         lo, hi = slice_bounds(ds.rank, ds.world_size, self.global_batch_size)
         return hi - lo
 
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        if value is not None:
+            raise AttributeError("batch_size is fixed at construction")
+
     @property
     def global_batch_size(self) -> int:
         """G: rows of one full step on all ranks."""
@@ -228,11 +233,6 @@ class StreamingDataLoader(DataLoader[Any]):
         """The splits this rank reads from (whole, or in part where a split is shared)."""
         ds = self.streaming_dataset
         return owned_splits(ds.rank, ds.world_size, ds.num_splits, self.global_batch_size)
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        if value is not None:
-            raise AttributeError("batch_size is fixed at construction")
 
     @property
     def drop_last(self) -> bool:
