@@ -12,7 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -261,13 +261,23 @@ class StreamingDataLoader(DataLoader[Any]):
         self._check_workers_source()
         if self.num_workers > 0:
             check_main_guard(self._start_method())
-        stream = self.progress.start(self._batching)
-        self._task_sampler.stream = stream
+        epoch = self.progress.position()[0]
+        while True:  # one stream, or more where a range of steps is skipped in the middle
+            self.progress.apply_skips(self._batching)
+            if self.progress.position()[0] != epoch:
+                return  # the skip went past this epoch's end
+            stream = self.progress.start(self._batching)
+            self._task_sampler.stream = stream
+            if not (yield from self._stream_batches(stream)):
+                return
+
+    def _stream_batches(self, stream: RankStream) -> Generator[Any, None, bool]:
+        """Yield `stream`'s batches; True when it stopped early for a range of steps to skip."""
         epoch_steps = 0
         waited = time.perf_counter()
         for index, batch in enumerate(self._batches(stream)):
             if not self.progress.is_current(stream):
-                return  # a state was loaded or another iteration started: this one is over
+                return False  # a state was loaded or another iteration started: this one is over
             self.progress.record(stream)
             epoch_steps = self.progress.step
             self.loss_scale = stream.world_size / stream.global_rows(index)
@@ -275,10 +285,35 @@ class StreamingDataLoader(DataLoader[Any]):
                 now = time.perf_counter()
                 self._telemetry.on_batch(stream.task_rows(index), now - waited)
             yield batch
+            if self.progress.skip_due() and not self.progress.ended:
+                return True
             waited = time.perf_counter()
         if self._telemetry is not None:
             self._telemetry.event(
                 wire.EPOCH_END, epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
+            )
+        return False
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        """Jump past global steps [start, stop) when the run reaches them (Megatron's
+        `--skip-train-iteration-range`): a loss spike's data is not read again at a resume.
+
+        The rows of the skipped steps are counted in the state (`steps_skipped`) and shown on
+        the dashboard's Timeline; every other row still comes once. Global steps count
+        batches since the run began (`global_step`). A range may run past an epoch's end:
+        the `for` loop over that epoch ends, and the rest is skipped as the next one starts.
+        """
+        start = args.integer("start", start, 0)
+        stop = args.integer("stop", stop, start + 1)
+        if stop <= self.global_step:
+            raise ValueError(
+                f"steps [{start}, {stop}) are behind the position (global_step="
+                f"{self.global_step}); skip steps at or after it"
+            )
+        self.progress.skips.append((max(start, self.global_step), stop))
+        if self._telemetry is not None:
+            self._telemetry.event(
+                wire.STEPS_SKIPPED, start=start, stop=stop, global_step=self.global_step
             )
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:

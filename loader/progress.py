@@ -47,6 +47,8 @@ class Progress:
         self._batches_done = 0  # of `_stream`
         self.step = 0
         self.global_step = 0
+        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.steps_skipped: list[list[int]] = []  # [start, stop, units] jumped so far
 
     # -- the position -------------------------------------------------------------------
 
@@ -122,6 +124,31 @@ class Progress:
         self.step += 1
         self.global_step += 1
 
+    # -- skipping steps (Megatron's --skip-train-iteration-range) ------------------------
+
+    def skip_due(self) -> bool:
+        """Whether the next batch's global step lies in a range to skip."""
+        return any(a <= self.global_step < b for a, b in self.skips)
+
+    def apply_skips(self, batching: Batching) -> None:
+        """Jump over due steps: the position moves on by whole global steps (through the
+        end of the epoch at most; the rest of a range is skipped when the next epoch
+        starts), and the units jumped are recorded in the state."""
+        while self.skip_due():
+            stop = next(b for a, b in self.skips if a <= self.global_step < b)
+            self._settle()
+            stream = self.peek(batching)
+            steps = min(stop - self.global_step, stream.num_batches)
+            after = tuple(stream.cursors_after(steps))
+            units = sum(after) - sum(stream.start)
+            self.steps_skipped.append([self.global_step, self.global_step + steps, units])
+            self.global_step += steps
+            self._move(stream.epoch, after, self.step + steps)
+            if steps == stream.num_batches:
+                self._next_epoch()
+            if steps == 0:
+                return  # an empty epoch: nothing to jump
+
     def batches(self, batching: Batching) -> int:
         """Batches of the position's epoch: those handed out plus those to come."""
         return self.position()[2] + self.peek(batching).num_batches
@@ -139,6 +166,7 @@ class Progress:
             st.KEY_STEP: step,
             st.KEY_GLOBAL_STEP: self.global_step,
             st.KEY_GLOBAL_BATCH: batching.global_rows(self.world.world_size),
+            **({st.KEY_STEPS_SKIPPED: self.steps_skipped} if self.steps_skipped else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any], rows_per_split: int) -> None:
@@ -152,6 +180,7 @@ class Progress:
         epoch, cursors = int(state[st.KEY_EPOCH]), tuple(state[st.KEY_CURSORS])
         step = _count(state.get(st.KEY_STEP))
         self.global_step = _count(state.get(st.KEY_GLOBAL_STEP), default=step)
+        self.steps_skipped = [list(r) for r in state.get(st.KEY_STEPS_SKIPPED, [])]
         if all(c == rows_per_split for c in cursors):
             self._move(epoch, cursors, step)
             self._next_epoch()

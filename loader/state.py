@@ -31,6 +31,8 @@ KEY_WORLD_SIZE = "world_size"
 KEY_GLOBAL_BATCH = "global_batch_size"  # G of the run that saved it
 KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
+KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [start, stop, units] of each range jumped
+MAX_SKIPPED_RANGES = 10_000
 # packed states: per split, the token offset inside the cursor's document; tokens dropped
 KEY_TOKEN_OFFSETS = "token_offsets"
 KEY_TOKENS_DROPPED = "tokens_dropped"
@@ -120,6 +122,7 @@ def make_state(
         KEY_STEP: int(position[KEY_STEP]),
         KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
         KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
+        **{k: position[k] for k in (KEY_STEPS_SKIPPED,) if k in position},
     }
 
 
@@ -190,8 +193,25 @@ def check_state(state: Any) -> None:
             KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})"
         )
     check_count(KEY_STEP, state[KEY_STEP])
+    if KEY_STEPS_SKIPPED in state:
+        _check_skipped_ranges(state[KEY_STEPS_SKIPPED])
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
+
+
+def _check_skipped_ranges(ranges: Any) -> None:
+    """A list of [start, stop, units] with 0 <= start < stop (steps skipped at resumes)."""
+    if not isinstance(ranges, list) or len(ranges) > MAX_SKIPPED_RANGES:
+        raise StateError(
+            KEY_STEPS_SKIPPED, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges"
+        )
+    for i, item in enumerate(ranges):
+        field = f"{KEY_STEPS_SKIPPED}[{i}]"
+        if not isinstance(item, list) or len(item) != 3:
+            raise StateError(field, f"is {item!r}, expected [start, stop, units]")
+        start, stop, _ = (check_count(field, v) for v in item)
+        if start >= stop:
+            raise StateError(field, f"is {item!r}: start must be below stop")
 
 
 def check_version(field: str, version: Any, supported: int) -> None:

@@ -25,6 +25,7 @@ PROGRESS = "progress"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_LOADED = "checkpoint_loaded"
 EPOCH_END = "epoch_end"
+STEPS_SKIPPED = "steps_skipped"  # a range of global steps the loader jumps over
 # The client's last event: `data = {"reason": CLOSE_REASON_CLOSE | CLOSE_REASON_EXIT}`.
 # A rank that stops sending heartbeats without one crashed (or was killed).
 CLOSED = "closed"

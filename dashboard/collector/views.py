@@ -348,6 +348,8 @@ def timeline(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
         item.update(epoch=row["epoch"], world_size_before=before, path=row["data"].get("path"))
         item.update(ranks=row["ranks"])
         item["label"] = _label(row["kind"], row["epoch"], row["step"], row["world_size"], before)
+        if row["kind"] == wire.STEPS_SKIPPED:  # Megatron-style: the data of steps [a, b) unread
+            item["label"] = f"skipped steps [{row['data'].get('start')}, {row['data'].get('stop')})"
         items.append(item)
     found = items + _outages(store, run) + _crash(store, run)
     return sorted(found, key=lambda item: item["ts"])
