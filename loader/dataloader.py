@@ -36,9 +36,11 @@ READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger 
 _DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
 _PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
 _IN_ORDER = (
-    "in_order=False hands out batches in the order workers finish them, but the state "
-    "counts batches in stream order, so a checkpoint would lose some rows and repeat others; "
-    "keep in_order=True (the default) and raise num_workers/prefetch_factor for throughput"
+    "in_order=False hands out batches in the order workers finish them, so on several ranks "
+    "global batch t would mix different steps of different ranks (and each rank's state would "
+    "differ); it is supported on one rank (world_size=1), where the state holds the batches "
+    "handed out ahead of the others. On several ranks keep in_order=True (the default) and "
+    "raise num_workers/prefetch_factor for throughput"
 )
 
 
@@ -82,14 +84,31 @@ class _BatchReads(Dataset[list[Any]]):
         self.batch_transform = batch_transform
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
+    def __getitem__(self, task: BatchTask) -> list[tuple[int, Any]]:
+        """The task's batches, each with its index in the stream (so batches that arrive out
+        of order, `in_order=False`, are recorded as what they are)."""
         batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
-        if self.batch_transform is None:
-            return batches
-        return [self.batch_transform(batch) for batch in batches]
+        if self.batch_transform is not None:
+            batches = [self.batch_transform(batch) for batch in batches]
+        return list(enumerate(batches, start=task.index))
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
+
+
+def pending_tasks(stream: RankStream, progress: Progress, per_read: int) -> Iterator[BatchTask]:
+    """The stream's tasks of up to `per_read` batches, leaving out batches already handed
+    out (ahead of the others, with in_order=False)."""
+    index = 0
+    while index < stream.num_batches:
+        if progress.handed_out(index):
+            index += 1
+            continue
+        stop = index + 1
+        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
+            stop += 1
+        yield stream.task(index, stop - index)
+        index = stop
 
 
 class _TaskSampler(Sampler[BatchTask]):
@@ -104,7 +123,7 @@ class _TaskSampler(Sampler[BatchTask]):
 
     def __iter__(self) -> Iterator[BatchTask]:
         assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
-        return self.stream.tasks(self.batches_per_read)
+        return pending_tasks(self.stream, self._progress, self.batches_per_read)
 
     def __len__(self) -> int:
         return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
@@ -149,8 +168,11 @@ class StreamingDataLoader(DataLoader[Any]):
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
-    Refused: `sampler`/`batch_sampler` (the plan decides the rows), `in_order=False` (it
-    would break the state), and a `shuffle` that contradicts the dataset's.
+    `in_order=False` (one rank only) hands out batches as workers finish them; the state
+    then holds the batches handed out ahead of the others, so a resume (same batch size)
+    reads every row once. Refused: `sampler`/`batch_sampler` (the plan decides the rows),
+    `in_order=False` on several ranks (global batch t would mix steps), and a `shuffle`
+    that contradicts the dataset's.
     """
 
     def __init__(
@@ -275,10 +297,10 @@ class StreamingDataLoader(DataLoader[Any]):
         """Yield `stream`'s batches; True when it stopped early for a range of steps to skip."""
         epoch_steps = 0
         waited = time.perf_counter()
-        for index, batch in enumerate(self._batches(stream)):
+        for index, batch in self._batches(stream):
             if not self.progress.is_current(stream):
                 return False  # a state was loaded or another iteration started: this one is over
-            self.progress.record(stream)
+            self.progress.record(stream, index)
             epoch_steps = self.progress.step
             self.loss_scale = stream.world_size / stream.global_rows(index)
             if self._telemetry is not None:
@@ -324,11 +346,11 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.reads_in_flight < 1:
             reads: Iterator[list[Any]] = super().__iter__()
         else:
-            tasks = stream.tasks(self.batches_per_read)
+            tasks = pending_tasks(stream, self.progress, self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
-                reads = ([_pinned(batch) for batch in read] for read in reads)
-        return (batch for read in reads for batch in read)
+                reads = ([(i, _pinned(batch)) for i, batch in read] for read in reads)
+        return (pair for read in reads for pair in read)
 
     def _from_workers(self) -> Iterator[Any]:
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
@@ -520,5 +542,5 @@ def _check_torch_kwargs(
             f"{dataset.plan.shuffle}; the dataset decides the order: pass shuffle= to "
             f"StreamingDataset (or leave it out here)"
         )
-    if kwargs.get("in_order", True) is not True:
+    if kwargs.get("in_order", True) is not True and dataset.world_size > 1:
         raise ValueError(_IN_ORDER)

@@ -33,6 +33,7 @@ KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [start, stop, units] of each range jumped
 MAX_SKIPPED_RANGES = 10_000
+KEY_AHEAD = "batches_ahead"  # optional (in_order=False): {"batch_size": b, "batches": [...]}
 # packed states: per split, the token offset inside the cursor's document; tokens dropped
 KEY_TOKEN_OFFSETS = "token_offsets"
 KEY_TOKENS_DROPPED = "tokens_dropped"
@@ -122,7 +123,7 @@ def make_state(
         KEY_STEP: int(position[KEY_STEP]),
         KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
         KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
-        **{k: position[k] for k in (KEY_STEPS_SKIPPED,) if k in position},
+        **{k: position[k] for k in (KEY_STEPS_SKIPPED, KEY_AHEAD) if k in position},
     }
 
 
@@ -195,8 +196,25 @@ def check_state(state: Any) -> None:
     check_count(KEY_STEP, state[KEY_STEP])
     if KEY_STEPS_SKIPPED in state:
         _check_skipped_ranges(state[KEY_STEPS_SKIPPED])
+    if KEY_AHEAD in state:
+        _check_ahead(state[KEY_AHEAD], num_splits * rows_per_split)
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
+
+
+def _check_ahead(ahead: Any, units: int) -> None:
+    """Batches handed out past the contiguous prefix (in_order=False): distinct indices >= 1
+    (batch 0 of the rest would be part of the prefix), at most one per unit left."""
+    if not isinstance(ahead, dict) or set(ahead) != {"batch_size", "batches"}:
+        raise StateError(KEY_AHEAD, f"is {ahead!r}, expected {{'batch_size': b, 'batches': [...]}}")
+    check_count(f"{KEY_AHEAD}.batch_size", ahead["batch_size"], low=1)
+    batches = ahead["batches"]
+    if not isinstance(batches, list) or len(batches) > units:
+        raise StateError(f"{KEY_AHEAD}.batches", f"must be a list of at most {units} indices")
+    for i, index in enumerate(batches):
+        check_count(f"{KEY_AHEAD}.batches[{i}]", index, units, low=1)
+    if len(set(batches)) != len(batches):
+        raise StateError(f"{KEY_AHEAD}.batches", "holds an index twice")
 
 
 def _check_skipped_ranges(ranges: Any) -> None:
