@@ -1,4 +1,4 @@
-"""Loopback helpers shared by the tests: a free port, and polling with a deadline."""
+"""Loopback helpers shared by the tests: a free port, polling with a deadline, a JSON GET."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import orjson
 
 T = TypeVar("T")
 
@@ -39,3 +41,10 @@ def http_ok(url: str) -> bool:
             return int(response.status) == 200
     except OSError:
         return False
+
+
+def get_json(url: str, timeout_s: float = 5.0) -> Any:
+    """GET `url` and parse its JSON (no proxies); an HTTP error raises."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as response:
+        return orjson.loads(response.read())
