@@ -277,6 +277,13 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-days", type=float, default=30.0, help="retention: drop runs silent this long"
     )
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=Settings().stall_after_s,
+        metavar="SECONDS",
+        help="a rank that reports but has not stepped this long reads 'stalled'",
+    )
     return parser
 
 
@@ -295,6 +302,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         allowed_hosts=tuple(h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()),
         keep_runs=args.keep_runs,
         keep_days=args.keep_days,
+        stall_after_s=args.stall_after,
     )
 
 

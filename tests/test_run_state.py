@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from dashboard.collector.config import Settings
 from dashboard.collector.main import create_app
-from dashboard.collector.views import _band, _segments, gpu_labels
+from dashboard.collector.throughput import _band, _segments
+from dashboard.collector.views import gpu_labels
 from dashboard.synthetic import SyntheticRun, synthetic_events
 from tests.test_collector import LOCAL
 

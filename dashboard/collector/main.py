@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from dashboard.collector.config import Settings
 from dashboard.collector.guard import GuardMiddleware
 from dashboard.collector.routes import events, health, runs
+from dashboard.collector.throughput import SettledBands
 
 
 @asynccontextmanager
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="elastic-loader collector", version="1", lifespan=_lifespan)
     app.state.settings = settings
     app.state.store = None
+    app.state.bands = SettledBands()  # the throughput view's cache: this app's, not the process's
     app.add_middleware(GuardMiddleware, settings=settings)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.include_router(health.router)

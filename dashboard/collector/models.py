@@ -169,13 +169,18 @@ class RunsPublic(BaseModel):
 
 
 class RankStatePublic(BaseModel):
-    """running, stalled, crashed or closed; `silent_s` since its last report."""
+    """running, stalled, crashed or closed; `silent_s` since its last report, `no_step_s`
+    since its step last moved; `why` a rank is stalled or crashed: `silent`, `no step` or
+    `error` (its `closed` said the process ended on an uncaught exception of type `error`)."""
 
     rank: int
     state: str
     silent_s: float
     last_ts: float
     global_step: int | None
+    why: str | None = None
+    error: str | None = None
+    no_step_s: float = 0.0
 
 
 class StatusPublic(BaseModel):
@@ -262,6 +267,7 @@ class ProgressPublic(BaseModel):
     run_id: str
     state: str
     epoch: int | None
+    epochs_done: int | None  # epochs every reporting rank completed
     global_step: int | None
     job: JobProgressPublic
     rows_per_split: int
