@@ -295,7 +295,7 @@ class TelemetryClient:
         if self._stop.is_set():
             return
         wait_s = 2 * self.timeout_s if timeout_s is None else timeout_s
-        self._finish(deadline=time.monotonic() + wait_s)
+        self._finish(deadline=time.monotonic() + 0.8 * wait_s)  # the last try ends in time
         self._thread.join(wait_s)
 
     def _finish(
@@ -392,9 +392,9 @@ class TelemetryClient:
             left = self._final_by - time.monotonic()
             if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
                 return
-            if left <= pause or not self._transient:
+            if self._final_by - time.monotonic() <= pause or not self._transient:
+                self.dropped += len(batch)  # counted once, when the last try fails
                 return
-            self.dropped -= len(batch)  # counted once, when the last try fails
             time.sleep(pause)
             pause = min(2 * pause, 0.4)
 
@@ -411,7 +411,7 @@ class TelemetryClient:
             with self._opener.open(request, timeout=timeout) as response:
                 response.read()
         except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
-            self._failed(len(events), exc)
+            self._failed(0 if final else len(events), exc)
             return False
         self.sent += len(events)
         self._backoff_s = self.interval_s

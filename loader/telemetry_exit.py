@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # At a process's end, all clients together wait at most this long for their last send.
 EXIT_BUDGET_S = 2.0
 _LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
+_DEADLINE: dict[int, float] = {}  # pid → when this process's exit stops waiting
 
 
 @atexit.register
@@ -41,7 +42,8 @@ def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
     """
     reason, error = _exit_reason()
     clients = [c for c in list(_LIVE) if c._pid == os.getpid()]
-    deadline = time.monotonic() + budget_s
+    # atexit and multiprocessing's own atexit hook both call this: one deadline for both
+    deadline = _DEADLINE.setdefault(os.getpid(), time.monotonic() + budget_s)
     for client in clients:
         client._finish(reason, error, deadline)
     for client in clients:
