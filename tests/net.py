@@ -43,8 +43,17 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def get_json(url: str, timeout_s: float = 5.0) -> Any:
-    """GET `url` and parse its JSON (no proxies); an HTTP error raises."""
+_RAISE: Any = object()
+
+
+def get_json(url: str, timeout_s: float = 5.0, *, otherwise: Any = _RAISE) -> Any:
+    """GET `url` and parse its JSON (no proxies). An HTTP error or an unreachable server
+    raises, or returns `otherwise` when one is given (for polling until it answers)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=timeout_s) as response:
-        return orjson.loads(response.read())
+    try:
+        with opener.open(url, timeout=timeout_s) as response:
+            return orjson.loads(response.read())
+    except OSError:
+        if otherwise is _RAISE:
+            raise
+        return otherwise
