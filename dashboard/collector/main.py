@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 
 from dashboard.collector.config import Settings
 from dashboard.collector.guard import GuardMiddleware
-from dashboard.collector.routes import events, health, runs
+from dashboard.collector.routes import events, health, metrics, runs
 from dashboard.collector.throughput import SettledBands
 
 
@@ -68,4 +68,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(events.router, max_body_size=settings.max_body_bytes)
     app.include_router(runs.router)
+    app.include_router(metrics.router)
     return app

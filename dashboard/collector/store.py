@@ -40,7 +40,7 @@ from dashboard.collector.writes import (
     UPSERT_RUN,
     run_row,
 )
-from loader.wire import CHECKPOINT_LOADED, CLOSED, EPOCH_END, PROGRESS
+from loader.wire import CHECKPOINT_LOADED, CHECKPOINT_SAVED, CLOSED, EPOCH_END, PROGRESS
 
 ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
@@ -373,6 +373,16 @@ class Store:
             world_size,
         )
         return [dict(row) for row in rows]
+
+    def checkpoints_saved(self, run_id: str) -> int:
+        """Checkpoints saved in the run, folded across ranks (one per step and world size)."""
+        rows = self.query(
+            "SELECT count(*) FROM (SELECT DISTINCT coalesce(global_step, step), world_size "
+            "FROM events WHERE run_id = ? AND kind = ?)",
+            run_id,
+            CHECKPOINT_SAVED,
+        )
+        return int(rows[0][0])
 
     def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         """Discrete events but `closed`, folded across ranks: one row per kind, epoch, step
