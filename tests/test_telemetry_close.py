@@ -8,12 +8,10 @@ carries its last position, not none.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import multiprocessing
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader.telemetry import TelemetryClient
-from tests.net import get_json, wait_until
+from tests.net import get_json, serving, wait_until
 
 STATIC: dict[str, Any] = {"rank": 0, "world_size": 1, "num_splits": 4, "rows_per_split": 10}
 
@@ -76,17 +74,8 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def _flaky(fail: int) -> Iterator[Any]:
-    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
-    server.tries, server.fail, server.bodies = 0, fail, []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def _flaky(fail: int) -> Any:
+    return serving(_Flaky, tries=0, fail=fail, bodies=[])
 
 
 def test_the_last_send_is_retried_within_the_budget() -> None:

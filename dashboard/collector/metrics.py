@@ -24,6 +24,31 @@ from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 
 RUN_STATES = ("starting", "running", "stalled", "crashed", "finished", "stopped")
 PREFIX = "elastic_loader_"
+RUN, RANK = ("run_id",), ("run_id", "rank")
+# (key, family, name after PREFIX, help, labels)
+FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
+    ("state", GaugeMetricFamily, "run_state", "1 for the run's state, 0 for the others",
+     (*RUN, "state")),
+    ("world", GaugeMetricFamily, "run_world_size", "Ranks of the run's current world", RUN),
+    ("reporting", GaugeMetricFamily, "run_ranks_reporting",
+     "Ranks of the current world that reported", RUN),
+    ("checkpoints", CounterMetricFamily, "run_checkpoints_saved",
+     "Checkpoints saved (folded across ranks)", RUN),
+    ("rank_state", GaugeMetricFamily, "rank_state", "The rank's current state (value 1)",
+     (*RANK, "state")),
+    ("rows", GaugeMetricFamily, "rank_rows_per_second",
+     "Rows (packed runs: blocks) per second over the last 30 s", RANK),
+    ("tokens", GaugeMetricFamily, "rank_tokens_per_second",
+     "Tokens per second over the last 30 s (packed runs only)", RANK),
+    ("wait", GaugeMetricFamily, "rank_data_wait_ratio",
+     "Share of the last 30 s the training loop waited for data", RANK),
+    ("step", GaugeMetricFamily, "rank_global_step", "Batches handed out since the run began",
+     RANK),
+    ("age", GaugeMetricFamily, "rank_last_report_age_seconds",
+     "Seconds since the rank's last report", RANK),
+    ("no_step", GaugeMetricFamily, "rank_seconds_since_step",
+     "Seconds since the rank's step last moved", RANK),
+)  # fmt: skip
 
 
 class RunMetrics:
@@ -34,53 +59,10 @@ class RunMetrics:
 
     def collect(self) -> Iterator[Metric]:
         now = time.time() if self.now is None else self.now
-        run_ = ("run_id",)
-        rank_ = ("run_id", "rank")
         family = {
-            "state": GaugeMetricFamily(
-                PREFIX + "run_state", "1 for the run's state, 0 for the others",
-                labels=[*run_, "state"],
-            ),
-            "world": GaugeMetricFamily(
-                PREFIX + "run_world_size", "Ranks of the run's current world", labels=run_
-            ),
-            "reporting": GaugeMetricFamily(
-                PREFIX + "run_ranks_reporting", "Ranks of the current world that reported",
-                labels=run_,
-            ),
-            "checkpoints": CounterMetricFamily(
-                PREFIX + "run_checkpoints_saved", "Checkpoints saved (folded across ranks)",
-                labels=run_,
-            ),
-            "rank_state": GaugeMetricFamily(
-                PREFIX + "rank_state", "The rank's current state (value 1)",
-                labels=[*rank_, "state"],
-            ),
-            "rows": GaugeMetricFamily(
-                PREFIX + "rank_rows_per_second",
-                "Rows (packed runs: blocks) per second over the last 30 s", labels=rank_,
-            ),
-            "tokens": GaugeMetricFamily(
-                PREFIX + "rank_tokens_per_second",
-                "Tokens per second over the last 30 s (packed runs only)", labels=rank_,
-            ),
-            "wait": GaugeMetricFamily(
-                PREFIX + "rank_data_wait_ratio",
-                "Share of the last 30 s the training loop waited for data", labels=rank_,
-            ),
-            "step": GaugeMetricFamily(
-                PREFIX + "rank_global_step", "Batches handed out since the run began",
-                labels=rank_,
-            ),
-            "age": GaugeMetricFamily(
-                PREFIX + "rank_last_report_age_seconds", "Seconds since the rank's last report",
-                labels=rank_,
-            ),
-            "no_step": GaugeMetricFamily(
-                PREFIX + "rank_seconds_since_step", "Seconds since the rank's step last moved",
-                labels=rank_,
-            ),
-        }  # fmt: skip
+            key: kind(PREFIX + name, text, labels=list(labels))
+            for key, kind, name, text, labels in FAMILIES
+        }
         for run in self.store.runs():
             self._run(run, now, family)
         yield from family.values()
