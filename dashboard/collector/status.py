@@ -212,7 +212,8 @@ def headline(
     if state == "stopped" and len(ranks) < world_size:
         seen = {r["rank"] for r in ranks}
         never = [r for r in range(world_size) if r not in seen]
-        return f"Stopped: {every} that reported closed; ranks {ranks_text(never)} never reported"
+        who = f"rank{'s' if len(never) > 1 else ''} {ranks_text(never)}"
+        return f"Stopped: {every} that reported closed; {who} never reported"
     if state == "stopped":
         return f"Stopped: {every} closed before the job's stated end"
     return f"Running: {counts['running']:,} of {world_size:,} ranks reporting"
