@@ -208,7 +208,7 @@ class RankStatePublic(BaseModel):
 
 class StatusPublic(BaseModel):
     """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
-    lists the silent ranks (worst first, at most 64), `counts` all of them by state."""
+    lists the stalled and crashed ranks (worst first, at most 64), `counts` all of them by state."""
 
     state: str
     resumed: bool
