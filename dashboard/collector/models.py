@@ -56,8 +56,8 @@ RunId = Annotated[
 ]
 
 
-CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema cannot state them), each \
-a 422 naming the rule:
+CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema cannot state \
+them), each a 422 naming the rule:
 
 - `rank` < `world_size`;
 - `world_size` divides `num_splits` (the contract: every rank owns S / W whole splits);
