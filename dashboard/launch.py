@@ -257,6 +257,17 @@ def run_dashboard(
     return code
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse names the option in its message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (e.g. 300)")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elastic-loader-dashboard",
@@ -279,7 +290,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stall-after",
-        type=float,
+        type=_seconds,
         default=Settings().stall_after_s,
         metavar="SECONDS",
         help="a rank that reports but has not stepped this long reads 'stalled'",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dashboard import launch
 from dashboard.collector import views
 from dashboard.collector.status import Health, run_status
 from dashboard.collector.store import Store
@@ -98,6 +99,14 @@ def test_the_stall_threshold_is_a_setting(tmp_path: Path) -> None:
     with collector_client(tmp_path / "t.db") as c:  # the default: 120 s
         assert post(c, stuck).status_code == 202
         assert view(c, "r", "status")["state"] == "running"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "inf"])
+def test_a_bad_stall_after_names_the_option(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        launch.main(["--stall-after", value])
+    assert exit_.value.code == 2
+    assert "--stall-after" in capsys.readouterr().err
 
 
 def test_an_uncaught_exception_reads_crashed(client: TestClient) -> None:
