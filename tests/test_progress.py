@@ -15,13 +15,10 @@ import orjson
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.batches import ids
 from tests.tables import make_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state-before-progress.json"
-
-
-def ids(batches: Any) -> list[list[int]]:
-    return [b["id"].tolist() for b in batches]
 
 
 def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
