@@ -114,8 +114,9 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_size: rows per batch on this rank (the global batch is W * batch_size).
         num_workers: worker processes; they change nothing in what is yielded.
         drop_last: drop this epoch's final short batch.
-        shuffle: accepted for LitData/torch code when it agrees with the dataset's plan
-            (`shuffle=True` for a shuffling dataset); the dataset decides the order.
+        shuffle: as LitData: turns the dataset's shuffling on (or off) while nothing has
+            been read from it and no state loaded (its seed is kept); once reading started,
+            a `shuffle` that contradicts the dataset is refused. None: the dataset's.
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
@@ -142,7 +143,7 @@ class StreamingDataLoader(DataLoader[Any]):
             prefetch_factor, multiprocessing_context, timeout, ...).
 
     Refused: `sampler`/`batch_sampler` (the plan decides the rows), `in_order=False` (it
-    would break the state), and a `shuffle` that contradicts the dataset's.
+    would break the state), and a `shuffle` that contradicts a dataset already read.
     """
 
     def __init__(
@@ -167,15 +168,13 @@ class StreamingDataLoader(DataLoader[Any]):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
-        if "read_ahead" in kwargs:
-            warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
-            reads_in_flight = kwargs.pop("read_ahead")
+        in_flight_name, reads_in_flight = _reads_in_flight_arg(reads_in_flight, kwargs)
         _check_torch_kwargs(dataset, shuffle, kwargs)
         batch_size = args.integer("batch_size", batch_size, 1)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
         self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
-        reads_in_flight = args.optional_integer("reads_in_flight", reads_in_flight, 0)
+        reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
             reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
         self.reads_in_flight = reads_in_flight
@@ -409,6 +408,21 @@ class StreamingDataLoader(DataLoader[Any]):
         return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
 
 
+def _reads_in_flight_arg(value: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """(the name the user wrote, its value): `read_ahead` is the old name, still accepted,
+    and an error about its value must name the argument the user gave."""
+    if "read_ahead" not in kwargs:
+        return "reads_in_flight", value
+    old = kwargs.pop("read_ahead")
+    if value is not None:
+        raise ValueError(
+            f"read_ahead={old!r} and reads_in_flight={value!r} were both given; read_ahead is "
+            f"the old name of reads_in_flight: pass reads_in_flight only"
+        )
+    warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=3)
+    return "read_ahead", old
+
+
 def _check_torch_kwargs(
     dataset: StreamingDataset, shuffle: bool | None, kwargs: dict[str, Any]
 ) -> None:
@@ -421,11 +435,7 @@ def _check_torch_kwargs(
         )
     for key in _PLANNED:
         kwargs.pop(key, None)
-    if shuffle is not None and args.boolean("shuffle", shuffle) != dataset.plan.shuffle:
-        raise ValueError(
-            f"shuffle={shuffle} contradicts the dataset, built with shuffle="
-            f"{dataset.plan.shuffle}; the dataset decides the order: pass shuffle= to "
-            f"StreamingDataset (or leave it out here)"
-        )
+    if shuffle is not None:
+        dataset.use_shuffle(args.boolean("shuffle", shuffle))
     if kwargs.get("in_order", True) is not True:
         raise ValueError(_IN_ORDER)

@@ -7,6 +7,7 @@ cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import warnings
 from collections.abc import Callable, Iterator
@@ -114,6 +115,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             if agreed != resolved.spec.version:
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
+        self._state_loaded = False
         self.progress = Progress(
             self.world, num_splits, plan.rows_per_split, start_epoch, self.units_per_split
         )
@@ -154,7 +156,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         seed = own_seed if seed is None else seed
         return PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
 
-    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
+    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> None:
         self.plan = plan
         self._shuffle = (plan.shuffle, plan.shuffle_seed, plan.clump_size)
         self.packing: PackedTokens | None = None
@@ -163,9 +165,26 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             return
         from loader.packed_reader import PackedReader
 
-        lengths = token_lengths(resolved, self._pack.column)  # the one-off pass, per version
+        if lengths is None:  # the one-off pass, per version
+            lengths = token_lengths(resolved, self._pack.column)
         self.packing = PackedTokens(self._pack, plan, lengths)
         self.reader = PackedReader(resolved, plan, self.packing)
+
+    def use_shuffle(self, shuffle: bool) -> None:
+        """Turn shuffling on or off, as LitData's `StreamingDataLoader(ds, shuffle=...)` does:
+        only while nothing has been read and no state loaded (the plan is then still free to
+        change; the seed is kept). After that the order is fixed, so a change is refused."""
+        if shuffle == self.plan.shuffle:
+            return
+        if self._state_loaded or not self.progress.untouched():
+            raise ValueError(
+                f"shuffle={shuffle} contradicts the dataset, built with shuffle="
+                f"{self.plan.shuffle}, and rows have already been read from it (or a state "
+                f"loaded), so its order cannot change now; pass shuffle={shuffle} to "
+                f"StreamingDataset (or leave shuffle out of StreamingDataLoader)"
+            )
+        lengths = self.packing.lengths if self.packing is not None else None
+        self._adopt(self.source, dataclasses.replace(self.plan, shuffle=shuffle), lengths)
 
     def units_per_split(self, epoch: int) -> int:
         """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
@@ -260,6 +279,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         `shuffle_seed=None` adopts the state's seed.
         """
         st.check_state(state)
+        self._state_loaded = True  # the plan is the state's from now on (see use_shuffle)
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")

@@ -113,6 +113,10 @@ class Progress:
             self._next_epoch()
         return stream
 
+    def untouched(self) -> bool:
+        """Nothing started or handed out since the run began (the plan may still change)."""
+        return self._stream is None and self.global_step == 0 and not any(self._cursors)
+
     def is_current(self, stream: RankStream) -> bool:
         return stream is self._stream
 
