@@ -130,6 +130,32 @@ def test_guarded_scripts_and_fork_workers_are_not_refused(tmp_path: Path) -> Non
     assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
 
 
+def _guarded_by(test: str) -> str:
+    body = UNGUARDED.split("ds =", 1)[1]
+    return UNGUARDED.split("ds =", 1)[0] + f"if {test}:\n" + textwrap.indent("ds =" + body, "    ")
+
+
+@pytest.mark.parametrize(
+    "test",
+    ['__name__ == "__main__" and True', '__name__ in ("__main__",)', '"__main__" == __name__'],
+)
+def test_scripts_with_other_valid_guards_run(tmp_path: Path, test: str) -> None:
+    """Issue 19.13: `if __name__ == "__main__" and ...:` and `if __name__ in (...)` were refused."""
+    done = run_script(tmp_path / "guarded.py", _guarded_by(test))
+    assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
+
+
+def test_an_unguarded_script_without_py_gets_the_clear_error(tmp_path: Path) -> None:
+    """Issue 19.13: a script not named *.py was not checked and died with 'worker exited
+    unexpectedly' (workers re-run it all the same); a guarded one runs."""
+    done = run_script(tmp_path / "train", UNGUARDED)
+    assert done.returncode != 0
+    assert f"{tmp_path / 'train'}, line 5" in done.stderr, done.stderr[-3000:]
+    assert "DataLoader worker (pid" not in done.stderr
+    done = run_script(tmp_path / "train-guarded", _guarded_by('__name__ == "__main__"'))
+    assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
+
+
 def test_dropping_a_loader_with_persistent_workers_frees_it_at_once(lance_rows: Any) -> None:
     """No loader<->sampler cycle: the loader goes with its last reference, not at a GC pass
     that then waits out torch's worker shutdown (5-20 s seen)."""
@@ -193,6 +219,15 @@ def test_workers_fork_with_the_plan_kernels_already_loaded(arrow_rows: Any) -> N
         ('x = 1\nif __name__ == "__main__":\n    main()\n', {3}),
         ('if "__main__" == __name__:\n    a()\n    b()\nelse:\n    c()\n', {2, 3}),
         ('if __name__ != "__main__":\n    a()\n', set()),
+        # issue 19.13: valid guards that were refused
+        ('if __name__ == "__main__" and len(sys.argv) > 1:\n    a()\n', {2}),
+        ('if __name__ in ("__main__",):\n    a()\n', {2}),
+        ('if __name__ in ["__main__", "x"]:\n    a()\n', {2}),
+        ('if not __name__ != "__main__":\n    a()\n', {2}),
+        ('if __name__ != "__main__":\n    pass\nelse:\n    a()\n', {4}),
+        ('if __name__ == "__main__" or ready():\n    a()\n', set()),  # not a guard
+        ('if __name__ in ("__main__", "__mp_main__"):\n    a()\n', set()),  # nor this
+        ("if ready():\n    a()\n", set()),
     ],
 )
 def test_which_lines_of_a_script_are_guarded(
