@@ -26,6 +26,10 @@ KEY_SKIPPED = "skipped"
 KEY_WORLD_SIZE = "world_size"
 KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
+# packed states only (plan.pack_sequences set): per split, the next token's offset in its
+# document; and the tokens of the epoch that no block holds (see docs/packing.md)
+KEY_TOKEN_OFFSETS = "token_offsets"
+KEY_TOKENS_DROPPED = "tokens_dropped"
 
 # Source fields that must match for a resume to read the same rows. The version is not
 # here: a resume reopens the table at the state's version instead of comparing it; the
@@ -85,7 +89,7 @@ def check_state(state: Any) -> None:
 
     What a state must be whatever dataset it is loaded into: this format and a version we
     read, counters in range, one cursor per split within the split's length, a world size
-    that divides S. Extra keys (in the state, its plan or its source) are left alone, so a
+    that divides S, and for a packed state one token offset per split. Extra keys (in the state, its plan or its source) are left alone, so a
     newer optional field does not break an older reader.
     """
     if not isinstance(state, dict):
@@ -109,6 +113,7 @@ def check_state(state: Any) -> None:
     packed = state[KEY_PLAN].get("pack_sequences") is not None
     skipped_limit = INT64_LIMIT - 1 if packed else num_splits * rows_per_split
     check_count(KEY_SKIPPED, state[KEY_SKIPPED], skipped_limit)
+    _check_packed_fields(state, packed, num_splits)
     world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], num_splits, low=1)
     if num_splits % world_size:
         raise StateError(
@@ -185,6 +190,36 @@ def _check_cursor_list(cursors: Any, num_splits: int, rows_per_split: int) -> No
                 f"the cursor of split {split} is {cursor!r}, outside [0, {rows_per_split}] "
                 "(rows_per_split)",
             )
+
+
+def _check_packed_fields(state: dict[str, Any], packed: bool, num_splits: int) -> None:
+    """A packed state holds one token offset (a count) per split, and may hold
+    `tokens_dropped` (a count); a state that is not packed holds no token offsets."""
+    offsets = state.get(KEY_TOKEN_OFFSETS)
+    if not packed:
+        if offsets is not None:
+            raise StateError(
+                KEY_TOKEN_OFFSETS,
+                "is set but plan.pack_sequences is null: only a packed state has token offsets",
+            )
+        return
+    if not isinstance(offsets, list) or len(offsets) != num_splits:
+        got = (
+            f"has {len(offsets)} offsets"
+            if isinstance(offsets, list)
+            else "is missing"
+            if offsets is None
+            else f"is a {type(offsets).__name__}"
+        )
+        raise StateError(
+            KEY_TOKEN_OFFSETS,
+            f"{got}; a packed state (plan.pack_sequences={state[KEY_PLAN]['pack_sequences']!r}) "
+            f"holds one token offset per split, num_splits={num_splits}",
+        )
+    for split, offset in enumerate(offsets):
+        check_count(f"{KEY_TOKEN_OFFSETS}[{split}]", offset)
+    if KEY_TOKENS_DROPPED in state:
+        check_count(KEY_TOKENS_DROPPED, state[KEY_TOKENS_DROPPED])
 
 
 def check_plan(state: dict[str, Any], plan: dict[str, Any], fields: tuple[str, ...]) -> None:
