@@ -25,8 +25,15 @@ from loader.mainguard import check_main_guard
 from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
+from loader.stacks import StackDumps
 from loader.stream import BatchTask, RankStream
-from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
+from loader.watchdog import (
+    DEFAULT_DATA_TIMEOUT_S,
+    DataWaitTimeout,
+    WorkerPids,
+    wait_limit,
+    watched_batches,
+)
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
@@ -136,9 +143,13 @@ class StreamingDataLoader(DataLoader[Any]):
             worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
-            read includes starting the workers). Past it the workers are killed and the loop
-            raises `DataWaitTimeout` naming them (within about 5 s more: torch's status-check
-            interval), so a stopped or stuck worker fails the rank instead of hanging it.
+            read includes starting the workers). torch's `timeout=` applies the same way
+            when it is smaller (a stopped worker's handshake escapes torch's own check).
+            Past the limit the Python stacks of the main process and every worker are
+            written to a file, the workers are killed and the loop raises
+            `DataWaitTimeout` naming them and the file (within about 5 s more: torch's
+            status-check interval), so a stopped or stuck worker fails the rank instead of
+            hanging it, and says where it was stuck.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
@@ -189,6 +200,8 @@ class StreamingDataLoader(DataLoader[Any]):
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
+        self._stacks = StackDumps()  # where workers write their stacks when a wait times out
+        kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
             _BatchReads(dataset, batch_transform, reads_in_flight if num_workers > 0 else 1),
             batch_size=None,
@@ -272,9 +285,9 @@ class StreamingDataLoader(DataLoader[Any]):
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
         reads = super().__iter__()
         self._latest_workers = WorkerPids(reads)
-        return watched_batches(
-            reads, self.data_timeout_s, self._latest_workers, self.streaming_dataset.rank
-        )
+        limit = wait_limit(self.data_timeout_s, self.timeout)
+        rank = self.streaming_dataset.rank
+        return watched_batches(reads, limit, self._latest_workers, rank, self._stacks)
 
     @property
     def worker_pids(self) -> list[int]:
