@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
@@ -32,7 +31,7 @@ from loader.plan import PlanSpec
 from loader.progress import ROWS, Batching, Progress
 from loader.reader import ON_ERROR, BatchReader, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
-from loader.world import World, agree_with_rank0, resolve_world
+from loader.world import World, agree_with_rank0, agreement_group, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
 SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
@@ -42,7 +41,10 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     """This rank's rows; see the README for the order, the state and elastic resume.
 
     `shuffle_seed=None` picks a random seed on rank 0 (shared by broadcast); it is saved in
-    the state, and loading a state adopts the saved seed.
+    the state, and loading a state adopts the saved seed. The table version (and a picked
+    seed) is agreed over `process_group`: by default torch.distributed's group when this
+    dataset's rank/world_size are the process's (so a dataset one rank builds alone,
+    rank=0, world_size=1, waits for nobody); a group to agree over a subset; False for none.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         eos_id: int | None = None,
         pad_id: int | None = None,
         blocks_per_epoch: int | None = None,
+        process_group: Any = None,
     ) -> None:
         if source is None:
             raise ValueError(
@@ -100,8 +103,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
         self.transform = args.callable_or_none("transform", transform)
         self.on_error: OnError = args.one_of("on_error", on_error, ON_ERROR)
+        group = agreement_group(self.world, process_group, version is not None)  # not kept
         self._seed_picked = shuffle_seed is None
-        seed = self._pick_seed() if shuffle_seed is None else shuffle_seed
+        seed = self._pick_seed(group) if shuffle_seed is None else shuffle_seed
         self._shuffle = (
             args.boolean("shuffle", shuffle),
             args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
@@ -111,7 +115,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
         if version is None:  # a fresh start: every rank reads the version rank 0 sees
-            agreed = agree_with_rank0(resolved.spec.version)
+            agreed = agree_with_rank0(resolved.spec.version, group, "table version")
             if agreed != resolved.spec.version:
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
@@ -120,15 +124,19 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             self.world, num_splits, plan.rows_per_split, start_epoch, self.units_per_split
         )
 
-    def _pick_seed(self) -> int:
+    def _pick_seed(self, group: Any) -> int:
         """A random seed, the same on every rank: rank 0's, by broadcast."""
-        if self.world.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+        if self.world.world_size > 1 and group is None:
             raise ValueError(
                 "shuffle_seed=None picks a seed on rank 0 and shares it through "
-                "torch.distributed, which is not initialised here; pass shuffle_seed=<int> "
-                "(the same on every rank) or call init_process_group first"
+                "torch.distributed, but no process group covers this dataset's ranks here "
+                "(torch.distributed not initialised, rank/world_size not the process's, or "
+                "process_group=False); pass shuffle_seed=<int> (the same on every rank), call "
+                "init_process_group first, or pass process_group=<the group of its ranks>"
             )
-        return int(agree_with_rank0(secrets.randbelow(SEED_PICKED)))
+        seed = agree_with_rank0(secrets.randbelow(SEED_PICKED), group, "picked shuffle_seed")
+        assert seed is not None
+        return seed
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies (plain DataLoader workers under spawn) read through the picklable reader;
