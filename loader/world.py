@@ -41,7 +41,8 @@ def resolve_world(rank: int | None, world_size: int | None) -> World:
     return world
 
 
-AGREE_TIMEOUT_S = 300.0  # the longest a rank waits for rank 0 to share a value
+AGREE_TIMEOUT_S = 300.0  # the longest a rank waits for the others to agree, by default
+ENV_AGREE_TIMEOUT = "ELASTIC_LOADER_AGREE_TIMEOUT_S"  # ... or as this variable says
 _INT64 = 2**63
 
 
@@ -99,13 +100,15 @@ def agree_with_rank0(value: int | None, group: Any | None, what: str) -> int | N
         raise ValueError(f"{what}={value} does not fit the int64 it is broadcast in")
     box = torch.tensor([value is None, value or 0], dtype=torch.int64, device=_device(group))
     src = dist.get_global_rank(group, 0)
+    limit_s = agree_timeout_s()
     work = dist.broadcast(box, src, group=group, async_op=True)
     try:
-        work.wait(timeout=datetime.timedelta(seconds=AGREE_TIMEOUT_S))
+        work.wait(timeout=datetime.timedelta(seconds=limit_s))
     except RuntimeError as err:
         raise TimeoutError(
             f"StreamingDataset on rank {dist.get_rank()}: the ranks of its process group did "
-            f"not agree on the {what} within {AGREE_TIMEOUT_S:g} s ({err}). Every rank "
+            f"not agree on the {what} within {limit_s:g} s ({err}; ${ENV_AGREE_TIMEOUT} sets "
+            "the limit, for ranks that legitimately start far apart). Every rank "
             "of the group must build this dataset. A dataset that one rank builds alone "
             "(e.g. for evaluation) needs rank=0, world_size=1 (or process_group=False); for a "
             "subset of ranks pass process_group=<their group>; or pin it yourself: "
@@ -113,6 +116,20 @@ def agree_with_rank0(value: int | None, group: Any | None, what: str) -> int | N
         ) from err
     is_none, agreed = box.tolist()
     return None if is_none else int(agreed)
+
+
+def agree_timeout_s() -> float:
+    """AGREE_TIMEOUT_S, or the positive number of seconds $ELASTIC_LOADER_AGREE_TIMEOUT_S says."""
+    said = os.environ.get(ENV_AGREE_TIMEOUT)
+    if not said:
+        return AGREE_TIMEOUT_S
+    try:
+        seconds = float(said)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"${ENV_AGREE_TIMEOUT}={said!r}: expected a positive number of seconds")
+    return seconds
 
 
 def _device(group: Any) -> torch.device:

@@ -74,7 +74,6 @@ def build_on_one_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> 
     """Rank 0 alone builds an eval dataset (rank=0, world_size=1), then both ranks build one
     dataset while rank 1 sees a newer version; then rank 0 alone builds a dataset of the
     whole group (a mistake): a clear error after the agreement timeout, never a hang."""
-    from loader import world as world_module
     from tests.net import wait_until
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -90,7 +89,7 @@ def build_on_one_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> 
         record.update(rows=ds.num_rows, version=ds.source.spec.version, seed=ds.shuffle_seed)
         done = Path(job["out"], "rank0-done")
         if rank == 0:
-            world_module.AGREE_TIMEOUT_S = 3.0
+            os.environ["ELASTIC_LOADER_AGREE_TIMEOUT_S"] = "3"
             try:
                 StreamingDataset(table, num_splits=NUM_SPLITS)
             except TimeoutError as err:

@@ -128,5 +128,6 @@ def test_a_dataset_one_rank_builds_alone_does_not_hang_the_job(tmp_path: Path) -
     assert ranks[0]["seed"] == ranks[1]["seed"]
     message = ranks[0]["timeout"]
     assert "did not agree on the table version within 3 s" in message, message
+    assert "$ELASTIC_LOADER_AGREE_TIMEOUT_S sets the limit" in message
     assert "needs rank=0, world_size=1 (or process_group=False)" in message
     assert "version=<int>" in message

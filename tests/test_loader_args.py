@@ -171,10 +171,18 @@ def test_the_loaders_shuffle_is_refused_once_reading_started(arrow_rows: Any) ->
         StreamingDataLoader(fresh, batch_size=100, shuffle=True)
 
 
-def test_process_group_is_checked_naming_it(arrow_rows: Any) -> None:
+def test_process_group_is_checked_naming_it(
+    arrow_rows: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValueError, match=r"process_group='g': expected a torch.distributed"):
         StreamingDataset(arrow_rows, num_splits=2, process_group="g")
     alone = StreamingDataset(arrow_rows, num_splits=2, process_group=False, shuffle_seed=None)
     assert alone.num_rows == 600  # no group, one rank: nothing to agree on
     with pytest.raises(ValueError, match=r"or process_group=False\); pass shuffle_seed=<int>"):
         StreamingDataset(arrow_rows, num_splits=2, rank=0, world_size=2, shuffle_seed=None)
+    from loader.world import agree_timeout_s
+
+    assert agree_timeout_s() == 300
+    monkeypatch.setenv("ELASTIC_LOADER_AGREE_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match=r"ELASTIC_LOADER_AGREE_TIMEOUT_S='soon': expected a"):
+        agree_timeout_s()
