@@ -180,7 +180,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
         in_flight_name, reads_in_flight = _reads_in_flight_arg(reads_in_flight, kwargs)
-        _check_torch_kwargs(dataset, shuffle, kwargs)
+        shuffle = _check_torch_kwargs(shuffle, kwargs)
         batch_size = args.integer("batch_size", batch_size, 1)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
@@ -210,6 +210,8 @@ class StreamingDataLoader(DataLoader[Any]):
             **kwargs,
         )
         self._task_sampler = sampler
+        if shuffle is not None:  # every other argument passed: now the plan may change
+            dataset.use_shuffle(shuffle)
         self._telemetry = self._connect(telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
@@ -436,10 +438,9 @@ def _reads_in_flight_arg(value: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
     return "read_ahead", old
 
 
-def _check_torch_kwargs(
-    dataset: StreamingDataset, shuffle: bool | None, kwargs: dict[str, Any]
-) -> None:
-    """Accept torch/LitData arguments that agree with the plan; refuse those that do not."""
+def _check_torch_kwargs(shuffle: Any, kwargs: dict[str, Any]) -> bool | None:
+    """Accept torch/LitData arguments that agree with the plan, refuse those that do not;
+    the `shuffle` to apply (as LitData: see `StreamingDataset.use_shuffle`)."""
     planned = [k for k in _PLANNED if kwargs.get(k) is not None]
     if planned:
         raise ValueError(
@@ -448,7 +449,6 @@ def _check_torch_kwargs(
         )
     for key in _PLANNED:
         kwargs.pop(key, None)
-    if shuffle is not None:
-        dataset.use_shuffle(args.boolean("shuffle", shuffle))
     if kwargs.get("in_order", True) is not True:
         raise ValueError(_IN_ORDER)
+    return None if shuffle is None else args.boolean("shuffle", shuffle)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
@@ -143,6 +144,9 @@ def test_the_loaders_shuffle_turns_shuffling_on_or_off_before_reading(arrow_rows
     )
     assert shuffled != ordered
     ds = StreamingDataset(arrow_rows, num_splits=2, shuffle=False, shuffle_seed=7)
+    with pytest.raises(ValueError, match="batch_size"):
+        StreamingDataLoader(ds, batch_size=0, shuffle=True)
+    assert not ds.plan.shuffle, "a construction that failed changed nothing"
     dl = StreamingDataLoader(ds, batch_size=100, shuffle=True)
     assert ds.plan.shuffle and ds.shuffle_seed == 7
     assert _ids(dl) == shuffled
@@ -151,6 +155,19 @@ def test_the_loaders_shuffle_turns_shuffling_on_or_off_before_reading(arrow_rows
         StreamingDataset(arrow_rows, num_splits=2), batch_size=100, shuffle=False
     )
     assert _ids(off) == ordered and off.state_dict()["plan"]["shuffle"] is False
+
+
+def test_the_loaders_shuffle_replans_packed_data_too() -> None:
+    docs = pa.table(
+        {"tokens": pa.array([[i] * (i % 5 + 1) for i in range(60)], pa.list_(pa.int32()))}
+    )
+    kw: dict[str, Any] = {"columns": ["tokens"], "num_splits": 2, "pack_sequences": 4, "eos_id": -1}
+    shuffled = StreamingDataLoader(StreamingDataset(docs, **kw), batch_size=2)
+    ordered = StreamingDataset(docs, shuffle=False, **kw)
+    replanned = StreamingDataLoader(ordered, batch_size=2, shuffle=True)
+    assert ordered.packing is not None and ordered.packing.plan.shuffle
+    want = [b["input_ids"].tolist() for b in shuffled]
+    assert [b["input_ids"].tolist() for b in replanned] == want
 
 
 def test_the_loaders_shuffle_is_refused_once_reading_started(arrow_rows: Any) -> None:
