@@ -12,13 +12,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.watchdog import DataWaitTimeout, WaitLimit, wait_limit
 from tests.tables import make_rows
-from tests.test_worker_faults import run_script
+from tests.test_worker_faults import stop_a_worker
 
 TORCH_TIMEOUT_S = 10
 NEVER = threading.Event()  # never set: a transform waiting on it is stuck for good
@@ -52,48 +51,8 @@ def test_torchs_timeout_bounds_the_wait_for_a_stopped_worker(
     """Issue 19: `timeout=10` with a SIGSTOPped worker still ran after 60 s (the watchdog
     waited data_timeout_s, 600 s). The error also names the file with every stack."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the script's loader puts the file
-    out = tmp_path / "result.json"
-    done = run_script(
-        tmp_path / "train.py",
-        f"""
-        import contextlib, os, signal, time
-        import orjson
-        from loader import StreamingDataLoader, StreamingDataset
-        from loader.watchdog import DataWaitTimeout
-        from tests.tables import make_rows
-
-        def main():
-            ds = StreamingDataset(make_rows(0, 400), num_splits=2, shuffle=False)
-            dl = StreamingDataLoader(
-                ds, batch_size=10, read_size=10, num_workers=2, prefetch_factor=1,
-                timeout={TORCH_TIMEOUT_S},
-            )
-            it = iter(dl)
-            next(it)
-            pids = dl.worker_pids
-            os.kill(pids[0], signal.SIGSTOP)
-            start = time.monotonic()
-            result = {{"pids": pids, "stopped": pids[0]}}
-            try:
-                for _ in it:
-                    pass
-            except DataWaitTimeout as err:
-                result["waited"] = time.monotonic() - start
-                result["message"] = str(err)
-            finally:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT)
-            open({str(out)!r}, "wb").write(orjson.dumps(result))
-
-        if __name__ == "__main__":
-            main()
-        """,
-        timeout_s=120,  # the old code waited data_timeout_s: 600 s
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = orjson.loads(out.read_bytes())
-    assert "message" in result, f"the loop ended without DataWaitTimeout: {done.stderr[-3000:]}"
+    # the old code waited data_timeout_s (600 s): run_script's 120 s limit fails the test
+    result = stop_a_worker(tmp_path, f"timeout={TORCH_TIMEOUT_S}")
     # the limit, torch's status-check interval (5 s), the workers' 3 s to write their stacks
     # and slack for a busy machine
     assert result["waited"] < TORCH_TIMEOUT_S + 5 + 3 + 10, result

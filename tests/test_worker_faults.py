@@ -45,11 +45,10 @@ def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.Comp
     )
 
 
-def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """torch's own wait never ends here (a stopped worker counts as alive); ours does."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the stacks file (tests/test_watchdog.py)
+def stop_a_worker(tmp_path: Path, loader_args: str, warm_up: str = "") -> dict[str, Any]:
+    """Run a training script that SIGSTOPs one of its 2 workers after a first batch, and
+    return what it saw: the pids, the stopped one, and the DataWaitTimeout's message and
+    how long after the stop it came (absent if the loop ended without one)."""
     out = tmp_path / "result.json"
     done = run_script(
         tmp_path / "train.py",
@@ -64,10 +63,9 @@ def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
             ds = StreamingDataset(make_rows(0, 400), num_splits=2, shuffle=False)
             dl = StreamingDataLoader(
                 ds, batch_size=10, read_size=10, num_workers=2, prefetch_factor=1,
-                persistent_workers=True, data_timeout_s=120,
+                {loader_args},
             )
-            next(iter(dl))  # workers start (slow on a busy machine): not what is measured
-            dl.data_timeout_s = {LIMIT_S}  # read when an iteration starts
+            {warm_up}
             it = iter(dl)
             next(it)
             pids = dl.worker_pids
@@ -91,8 +89,23 @@ def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
         """,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = orjson.loads(out.read_bytes())
+    result: dict[str, Any] = orjson.loads(out.read_bytes())
     assert "message" in result, f"the loop ended without DataWaitTimeout: {done.stderr[-3000:]}"
+    return result
+
+
+def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's own wait never ends here (a stopped worker counts as alive); ours does."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the stacks file (tests/test_watchdog.py)
+    result = stop_a_worker(
+        tmp_path,
+        "persistent_workers=True, data_timeout_s=120",
+        # workers start (slow on a busy machine): not what is measured; the limit is read
+        # when an iteration starts
+        f"next(iter(dl)); dl.data_timeout_s = {LIMIT_S}",
+    )
     # within the limit, plus torch's own status-check interval (5 s: a main thread waiting
     # on the queue notices the killed workers at its next check) and slack for a busy machine
     assert result["waited"] < LIMIT_S + 5 + 3 + 5, result  # + 3 s for the workers' stacks
