@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -179,7 +178,9 @@ class StreamingDataLoader(DataLoader[Any]):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
-        in_flight_name, reads_in_flight = _reads_in_flight_arg(reads_in_flight, kwargs)
+        in_flight_name, reads_in_flight = args.renamed(
+            "reads_in_flight", reads_in_flight, "read_ahead", kwargs
+        )
         shuffle = _check_torch_kwargs(shuffle, kwargs)
         batch_size = args.integer("batch_size", batch_size, 1)
         num_workers = args.integer("num_workers", num_workers, 0)
@@ -421,21 +422,6 @@ class StreamingDataLoader(DataLoader[Any]):
         blocks = sum(self.progress.cursors[splits.start : splits.stop])
         tokens = blocks * ds.packing.spec.seq_len
         return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
-
-
-def _reads_in_flight_arg(value: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """(the name the user wrote, its value): `read_ahead` is the old name, still accepted,
-    and an error about its value must name the argument the user gave."""
-    if "read_ahead" not in kwargs:
-        return "reads_in_flight", value
-    old = kwargs.pop("read_ahead")
-    if value is not None:
-        raise ValueError(
-            f"read_ahead={old!r} and reads_in_flight={value!r} were both given; read_ahead is "
-            f"the old name of reads_in_flight: pass reads_in_flight only"
-        )
-    warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=3)
-    return "read_ahead", old
 
 
 def _check_torch_kwargs(shuffle: Any, kwargs: dict[str, Any]) -> bool | None:
