@@ -287,7 +287,6 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         `shuffle_seed=None` adopts the state's seed.
         """
         st.check_state(state)
-        self._state_loaded = True  # the plan is the state's from now on (see use_shuffle)
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
@@ -308,6 +307,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         check_world_size(plan.num_splits, self.world_size)
         if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
+        self._state_loaded = True  # the plan is the state's from now on (see use_shuffle)
         if self.packing is None:
             self.progress.load_state_dict(state, plan.rows_per_split)
             return
