@@ -199,6 +199,7 @@ def watched_batches(
             try:
                 read = next(reads)
             except StopIteration:
+                watchdog.check()  # fired meanwhile (its workers are killed): the rank fails
                 return
             except Exception as err:
                 watchdog.check(err)
