@@ -153,8 +153,8 @@ def train(rank: int, world: int, job: dict[str, Any]) -> None:
         dl.load_state_dict(load(ckpt / "loader.ckpt"))
         step = saved["step"]
     log = (Path(job["log"]) / f"rank{rank}.jsonl").open("a")
-    while ds.epoch < job["epochs"]:
-        epoch = ds.epoch
+    first = dl.state_dict()["epoch"]  # the position: where the next batch comes from
+    for epoch in range(first, job["epochs"]):
         for batch in dl:
             logits = model(batch)
             labels = batch["labels"]
