@@ -66,6 +66,7 @@ class MixStream:
         self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
         self.num_batches = plan.steps_left(start, global_batch)
         self.after: dict[int, MixPosition] = {}  # positions after steps the tasks walked
+        self._walked = (0, start)  # (steps, position) where the last task ended
 
     def global_rows(self, index: int) -> int:
         return self.global_batch
@@ -73,20 +74,36 @@ class MixStream:
     def task_rows(self, index: int) -> int:
         return self.hi - self.lo
 
+    def task(self, index: int, batches: int = 1) -> MixTask:
+        """Steps [index, index + batches) of this rank. Asked in order (the loader walks the
+        stream), each is one step on from the last; another index walks from the start."""
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
+        walked, pos = self._walked
+        if walked > index:
+            walked, pos = 0, self.start
+        while walked < index:
+            pos, _ = self.plan.step(pos, self.global_batch)
+            walked += 1
+        steps = []
+        for at in range(index, min(index + batches, self.num_batches)):
+            pos, segments = self.plan.step(pos, self.global_batch)
+            self.after[at] = pos  # `record` takes it instead of stepping again
+            steps.append(rank_pieces(segments, self.lo, self.hi))
+        self._walked = (index + len(steps), pos)
+        return _mix_task(self.epoch, index, steps, self.hi - self.lo)
+
     def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
-        pos = self.start
-        for first in range(0, self.num_batches, batches_per_read):
-            steps = []
-            for index in range(first, min(first + batches_per_read, self.num_batches)):
-                pos, segments = self.plan.step(pos, self.global_batch)
-                self.after[index] = pos  # `record` takes it instead of stepping again
-                steps.append(rank_pieces(segments, self.lo, self.hi))
-            yield _mix_task(self.epoch, first, steps, self.hi - self.lo)
+        """The whole stream as tasks of `batches_per_read` steps (the last may be fewer)."""
+        return (
+            self.task(t, batches_per_read) for t in range(0, self.num_batches, batches_per_read)
+        )
 
 
 class MixProgress:
     """Where the mixture is: the position after the steps handed to the training loop (the
-    loader's progress interface: start, peek, record, step, global_step, epoch)."""
+    loader's progress interface, as `loader.progress.Progress`: start, peek, record, step,
+    global_step, epoch, ended, position, skips). Batches are recorded in order."""
 
     def __init__(self, mixture: Any, position: MixPosition) -> None:  # a MixedDataset
         self._mixture = mixture
@@ -95,6 +112,8 @@ class MixProgress:
         self._done = 0  # steps of `_stream` recorded
         self._batch_epoch = position.epoch
         self.step = position.step
+        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.steps_skipped: list[list[int]] = []  # [first, stop) global steps jumped
 
     @property
     def world(self) -> World:
@@ -109,7 +128,18 @@ class MixProgress:
     def global_step(self) -> int:
         return self._pos.global_step
 
-    def position(self) -> MixPosition:
+    @property
+    def ended(self) -> bool:
+        """Whether the batch in hand was its epoch's last (the next comes from epoch + 1)."""
+        stream = self._stream
+        return stream is not None and self._done >= stream.num_batches
+
+    def position(self) -> tuple[int, tuple[int, ...], int]:
+        """(epoch, (), step) of the next batch, as `Progress.position` (the mixture's own
+        position, per dataset, is `mix_position`)."""
+        return self._pos.epoch, (), self._pos.step
+
+    def mix_position(self) -> MixPosition:
         return self._pos
 
     def move(self, position: MixPosition) -> None:
@@ -132,10 +162,15 @@ class MixProgress:
     def is_current(self, stream: Any) -> bool:
         return stream is self._stream
 
-    def record(self, stream: Any) -> None:
+    def handed_out(self, index: int) -> bool:
+        return index < self._done
+
+    def record(self, stream: Any, index: int | None = None) -> None:
         current = self._stream
         if current is None or stream is not current:
             return  # a stale stream, replaced by a later start or a load
+        if index is not None and index != self._done:
+            raise ValueError("a mixture's batches are recorded in order: keep in_order=True")
         walked = current.after.pop(self._done, None)
         if walked is None:
             walked, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
@@ -143,6 +178,25 @@ class MixProgress:
         self._done += 1
         self._batch_epoch = current.epoch
         self.step += 1
+
+    def skip_due(self) -> bool:
+        return any(a <= self.global_step < b for a, b in self.skips)
+
+    def apply_skips(self, batching: Batching) -> None:
+        """Jump over due steps (through the end of the epoch at most): every dataset moves on
+        by the rows those steps hold, unread, and the range is kept in `steps_skipped`."""
+        while self.skip_due():
+            stop = next(b for a, b in self.skips if a <= self.global_step < b)
+            self.move(self._pos)
+            stream = self.peek(batching)
+            steps = min(stop - self.global_step, stream.num_batches)
+            first, pos = self.global_step, self._pos
+            for _ in range(steps):
+                pos, _ = self._mixture.mix_plan.step(pos, stream.global_batch)
+            self.steps_skipped.append([first, first + steps])
+            self.move(pos)
+            if steps == 0:
+                return
 
     def batches(self, batching: Batching) -> int:
         return self._pos.step + self.peek(batching).num_batches

@@ -154,6 +154,16 @@ class MixedDataset:
         return MixReader([ds.reader for ds in self.datasets])
 
     @property
+    def units(self) -> Any:
+        """The first dataset's units (rows, or blocks of one seq_len: all datasets alike)."""
+        return self.datasets[0].units
+
+    def use_shuffle(self, shuffle: bool) -> None:
+        """The loader's `shuffle=` (LitData's spelling), applied to every dataset."""
+        for ds in self.datasets:
+            ds.use_shuffle(shuffle)
+
+    @property
     def packing(self) -> Any:
         """The first dataset's packing (all share seq_len), or None."""
         return self.datasets[0].packing
@@ -192,7 +202,7 @@ class MixedDataset:
     # -- state --------------------------------------------------------------------------
 
     def make_state(self, batching: Batching) -> dict[str, Any]:
-        pos = self.progress.position()
+        pos = self.progress.mix_position()
         return {
             st.KEY_FORMAT: ms.FORMAT,
             st.KEY_FORMAT_VERSION: ms.FORMAT_VERSION,
@@ -209,6 +219,7 @@ class MixedDataset:
             ms.KEY_PHASE_COUNTS: list(pos.counts),
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
             ms.KEY_SUPPLIED: list(pos.supplied),
+            ms.KEY_STEPS_SKIPPED: [list(r) for r in self.progress.steps_skipped],
             ms.KEY_SOURCES: [
                 ds.state_at(at.epoch, list(at.cursors))
                 for ds, at in zip(self.datasets, pos.sources, strict=True)
@@ -255,6 +266,7 @@ class MixedDataset:
             phase_start, counts = state[ms.KEY_PHASE_START], tuple(state[ms.KEY_PHASE_COUNTS])
         else:  # a new phase from the resumed step on
             phase_start, counts = global_step, (0,) * len(self.names)
+        self.progress.steps_skipped = [list(r) for r in state.get(ms.KEY_STEPS_SKIPPED, [])]
         self.progress.move(
             MixPosition(
                 epoch=state[st.KEY_EPOCH],
@@ -273,7 +285,7 @@ class MixedDataset:
     def facts(self) -> dict[str, Any]:
         """Per dataset: units read since the run began, passes, and the weights in effect
         since `phase_start` (the data of the `mixture` telemetry event: text and int lists)."""
-        pos = self.progress.position()
+        pos = self.progress.mix_position()
         seq_len = self.packing.spec.seq_len if self.packing is not None else None
         return {
             "names": ",".join(self.names),

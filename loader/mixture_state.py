@@ -25,6 +25,7 @@ KEY_PHASE_COUNTS = "phase_counts"  # rows per dataset since phase_start
 KEY_EPOCH_PASSES = "epoch_passes"  # each dataset's pass when the mixture epoch began
 KEY_SUPPLIED = "supplied"  # units (rows or blocks) per dataset since the run began
 KEY_SOURCES = "sources"  # per dataset: its own state
+KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [first, stop) global steps jumped (skip_steps)
 
 REQUIRED = (
     st.KEY_FORMAT,
@@ -85,6 +86,11 @@ def check_mixture_state(state: Any) -> None:
     for key in (KEY_PHASE_COUNTS, KEY_EPOCH_PASSES, KEY_SUPPLIED):
         _counts(key, state[key], count)
     _check_phase(state[KEY_PHASE_COUNTS], shares)
+    skipped = state.get(KEY_STEPS_SKIPPED, [])
+    if not isinstance(skipped, list) or not all(
+        isinstance(r, list) and len(r) == 2 and all(st.is_count(v) for v in r) for r in skipped
+    ):
+        raise st.StateError(KEY_STEPS_SKIPPED, f"is {skipped!r}, expected [[first, stop], ...]")
     sources = state[KEY_SOURCES]
     if not isinstance(sources, list) or len(sources) != count:
         raise st.StateError(KEY_SOURCES, f"must hold one state per name ({count})")

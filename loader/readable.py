@@ -7,10 +7,11 @@ Both give the loader the same things: a `progress` (the `Position` below), a rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Protocol, TypeAlias
 
+from loader import wire
 from loader.dataset import StreamingDataset
+from loader.layout import check_world_size
 from loader.mixture import MixedDataset
 from loader.progress import Batching
 
@@ -24,22 +25,55 @@ class Stream(Protocol):
     num_batches: int
     world_size: int
 
-    def tasks(self, batches_per_read: int) -> Iterator[Any]: ...
+    def task(self, index: int, batches: int = 1) -> Any: ...
     def global_rows(self, index: int) -> int: ...
     def task_rows(self, index: int) -> int: ...
 
 
 class Position(Protocol):
-    """Where a rank is: streams start here and record what reached the training loop."""
+    """Where a rank is: streams start here and record what reached the training loop
+    (`loader.progress.Progress` for a dataset, `loader.mixstream.MixProgress` for a mixture)."""
 
     step: int
+    skips: list[tuple[int, int]]
 
     @property
     def epoch(self) -> int: ...
     @property
     def global_step(self) -> int: ...
-    def start(self, batching: Batching) -> Stream: ...
-    def peek(self, batching: Batching) -> Stream: ...
+    @property
+    def ended(self) -> bool: ...
+    def position(self) -> tuple[int, tuple[int, ...], int]: ...
+    def start(self, batching: Batching) -> Any: ...
+    def peek(self, batching: Batching) -> Any: ...
     def is_current(self, stream: Any) -> bool: ...
-    def record(self, stream: Any) -> None: ...
+    def handed_out(self, index: int) -> bool: ...
+    def record(self, stream: Any, index: int | None = None) -> None: ...
+    def skip_due(self) -> bool: ...
+    def apply_skips(self, batching: Batching) -> None: ...
     def batches(self, batching: Batching) -> int: ...
+
+
+def check_fits(dataset: Readable, world_size: int, global_batch: int) -> None:
+    """Raise unless W ranks read this dataset with global batch G. A mixture's step is one
+    layout of G rows: any W <= G (its datasets' S do not matter)."""
+    splits = dataset.num_splits if isinstance(dataset, StreamingDataset) else 1
+    check_world_size(splits, world_size, global_batch)
+
+
+def placed_as(dataset: Readable, global_batch: int) -> dict[str, int]:
+    """What the collector places: S splits of L rows; a mixture, one layout of G positions
+    a step (its per-dataset facts go in `mixture` events)."""
+    if isinstance(dataset, MixedDataset):
+        return {"num_splits": global_batch}
+    return {"num_splits": dataset.num_splits, "rows_per_split": dataset.rows_per_split}
+
+
+def tell_mixture(telemetry: Any, dataset: Readable, step: int) -> None:
+    """A mixture's weights and per-dataset progress, for the dashboard's Timeline."""
+    if telemetry is not None and isinstance(dataset, MixedDataset):
+        global_step = dataset.progress.global_step
+        facts = dataset.facts()
+        telemetry.event(
+            wire.MIXTURE, epoch=dataset.epoch, step=step, global_step=global_step, **facts
+        )
