@@ -28,6 +28,7 @@ test: $(STAMP) chromium lint
 	@# uint64 arithmetic that Numba does silently
 	NUMBA_DISABLE_JIT=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/test_kernels.py \
 		tests/test_varlen.py::test_ragged_take_matches_twin tests/test_packing.py::test_blocks_match_the_twin \
+		tests/test_mixture_plan.py::test_count_kernel_matches_twin \
 		-W "ignore:overflow encountered:RuntimeWarning"
 	$(VENV)/bin/pytest -q
 

@@ -3,6 +3,7 @@ resumes through checkpoint files on another W with new weights, refusals, packed
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,42 @@ def test_the_loader_epoch_is_the_planned_one(tables: tuple[Any, Path]) -> None:
     assert len(dl) == 15 == sum(1 for _ in dl)  # a pass of code: 45 rows, 3 a step
     assert dl.progress.epoch == 0 and len(dl) == 15 == sum(1 for _ in dl)
     assert dl.progress.epoch == 1
+
+
+def test_skip_steps_and_in_order(tables: tuple[Any, Path]) -> None:
+    whole = steps(loaders(tables, 1), 10)
+    dl = loaders(tables, 1)[0]
+    dl.skip_steps(3, 5)  # Megatron's --skip-train-iteration-range on a mixture
+    got = steps([dl], 8)
+    assert got == whole[:3] + whole[5:10]
+    assert dl.state_dict()["steps_skipped"] == [[3, 5]]
+    with pytest.raises(ValueError, match="in order"):
+        StreamingDataLoader(mixture(tables, 0, 1), global_batch_size=G, in_order=False)
+
+
+def test_the_seed_moves_rows_between_ranks_not_steps(tables: tuple[Any, Path]) -> None:
+    plain = steps(loaders(tables, 3), 6)
+    assert steps(loaders(tables, 3, seed=11), 6) == plain  # the same rows every step
+
+    def layout(**kw: Any) -> list[list[int]]:
+        return [b["source"].tolist() for bs in _global(loaders(tables, 3, **kw), 6) for b in bs]
+
+    assert layout(seed=11) != layout()  # which rank holds which table's rows moves
+
+
+def test_ragged_columns_and_row_transforms_join(tmp_path: Path) -> None:
+    lists = pa.table({"v": pa.array([[i] * (i % 3 + 1) for i in range(30)], pa.list_(pa.int64()))})
+    other = pa.table({"v": pa.array([[100 + i] for i in range(20)], pa.list_(pa.int64()))})
+    a, b = StreamingDataset(lists, num_splits=2), StreamingDataset(other, num_splits=2)
+    batch = next(iter(StreamingDataLoader(MixedDataset([a, b], [1, 1]), global_batch_size=10)))
+    rows = [
+        batch["v"].values[s:e].tolist() for s, e in itertools.pairwise(batch["v"].offsets.tolist())
+    ]
+    assert [r[0] >= 100 for r in rows] == [s == 1 for s in batch["source"].tolist()]
+    assert all(len(set(r)) == 1 for r in rows)
+    double = {"transform": lambda row: {"id": row["id"] * 2}}
+    c = StreamingDataset(pa.table({"id": list(range(40))}), num_splits=2, **double)
+    d = StreamingDataset(pa.table({"id": list(range(100, 120))}), num_splits=2, **double)
+    batch = next(iter(StreamingDataLoader(MixedDataset([c, d], [1, 1]), global_batch_size=8)))
+    assert batch["source"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(i % 2 == 0 for i in batch["id"].tolist()) and min(batch["id"][4:].tolist()) >= 200
