@@ -174,27 +174,37 @@ def train(rank: int, world: int, job: dict[str, Any]) -> None:
             }
             log.write(json.dumps(record) + "\n")
             log.flush()
-            if job.get("checkpoint_every") and step % job["checkpoint_every"] == 0 and rank == 0:
-                state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step}
-                torch.save(state, ckpt / "model.pt.tmp")
-                save(dl.state_dict(), ckpt / "loader.ckpt")
-                os.replace(ckpt / "model.pt.tmp", ckpt / "model.pt")
-            if step == job.get("crash_at_step") and rank == job.get("crash_rank"):
-                log.close()
-                os.kill(os.getpid(), signal.SIGKILL)  # a real crash, at a known place
+            checkpoint_or_crash(job, rank, step, model, opt, dl, log)
     log.close()
 
 
-def launch(world: int, job: dict[str, Any]) -> bool:
-    """Run `world` ranks; False if they crashed."""
+def checkpoint_or_crash(
+    job: dict[str, Any], rank: int, step: int, model: nn.Module, opt: Any, dl: Any, log: Any
+) -> None:
+    """Every `checkpoint_every` steps rank 0 saves model, optimizer and loader state; at
+    `crash_at_step` rank `crash_rank` SIGKILLs itself (a real crash, at a known place)."""
+    ckpt = Path(job["checkpoints"])
+    if job.get("checkpoint_every") and step % job["checkpoint_every"] == 0 and rank == 0:
+        state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step}
+        torch.save(state, ckpt / "model.pt.tmp")
+        save(dl.state_dict(), ckpt / "loader.ckpt")
+        os.replace(ckpt / "model.pt.tmp", ckpt / "model.pt")
+    if step == job.get("crash_at_step") and rank == job.get("crash_rank"):
+        log.close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def launch(world: int, job: dict[str, Any], target: Any = None) -> bool:
+    """Run `world` ranks of `target` (default: this example's `run_rank`); False if they crashed."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     Path(job["log"]).mkdir(parents=True, exist_ok=True)
+    target = run_rank if target is None else target
     try:
-        mp.start_processes(run_rank, (world, port, job), nprocs=world, start_method="forkserver")
+        mp.start_processes(target, (world, port, job), nprocs=world, start_method="forkserver")
     except mp.ProcessExitedException:
         return False
     return True

@@ -32,8 +32,6 @@ import argparse
 import ast
 import json
 import os
-import signal
-import socket
 import sys
 import sysconfig
 import time
@@ -52,10 +50,19 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a clone
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pretrain_lm import EOS, VOCAB, TinyLM, all_reduce_grads, block_hash, read_logs
+from pretrain_lm import (
+    EOS,
+    VOCAB,
+    TinyLM,
+    all_reduce_grads,
+    block_hash,
+    checkpoint_or_crash,
+    launch,
+    read_logs,
+)
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
-from loader.checkpoint import load, save
+from loader.checkpoint import load
 from loader.packed_reader import IGNORE_INDEX
 
 NAMES = ("code", "docs", "packages")
@@ -158,14 +165,7 @@ def train(rank: int, job: dict[str, Any]) -> None:
             }
             log.write(json.dumps(record) + "\n")
             log.flush()
-            if job.get("checkpoint_every") and step % job["checkpoint_every"] == 0 and rank == 0:
-                state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": step}
-                torch.save(state, ckpt / "model.pt.tmp")
-                save(dl.state_dict(), ckpt / "loader.ckpt")
-                os.replace(ckpt / "model.pt.tmp", ckpt / "model.pt")
-            if step == job.get("crash_at_step") and rank == job.get("crash_rank"):
-                log.close()
-                os.kill(os.getpid(), signal.SIGKILL)  # a real crash, at a known place
+            checkpoint_or_crash(job, rank, step, model, opt, dl, log)
             if step == job["anneal_at"]:  # new weights from the next step on
                 state = dl.state_dict()
                 dl = make_loader(job, AFTER)
@@ -174,19 +174,6 @@ def train(rank: int, job: dict[str, Any]) -> None:
             if step == job["steps"]:
                 break
     log.close()
-
-
-def launch(world: int, job: dict[str, Any]) -> bool:
-    """Run `world` ranks; False if they crashed."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    Path(job["log"]).mkdir(parents=True, exist_ok=True)
-    try:
-        mp.start_processes(run_rank, (world, port, job), nprocs=world, start_method="forkserver")
-    except mp.ProcessExitedException:
-        return False
-    return True
 
 
 def check_counts(steps: dict[int, list[dict[str, Any]]], job: dict[str, Any]) -> dict[str, int]:
@@ -221,16 +208,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steps": steps, "anneal_at": steps // 3, "checkpoints": str(out / "ckpt"),
     }  # fmt: skip
     Path(base["checkpoints"]).mkdir(exist_ok=True)
-    assert launch(4, {**base, "log": str(out / "uninterrupted")}), "the uninterrupted run failed"
+    assert launch(4, {**base, "log": str(out / "uninterrupted")}, run_rank), (
+        "the uninterrupted run failed"
+    )
     reference = read_logs(out / "uninterrupted")
     crash_at = steps * 7 // 10 + 1  # after the anneal, a step past a checkpoint
     every = max(2, steps // 6)
     crashed = {**base, "log": str(out / "crashed"), "checkpoint_every": every}
     crashed |= {"crash_at_step": crash_at, "crash_rank": 1}
-    assert not launch(4, crashed), "the crashing run was expected to crash"
+    assert not launch(4, crashed, run_rank), "the crashing run was expected to crash"
     resumed_from = crash_at // every * every
     assert resumed_from > base["anneal_at"], "the checkpoint should hold the annealed weights"
-    assert launch(2, {**base, "log": str(out / "resumed"), "resume": True}), "the resume failed"
+    assert launch(2, {**base, "log": str(out / "resumed"), "resume": True}, run_rank), (
+        "the resume failed"
+    )
     before = {s: r for s, r in read_logs(out / "crashed").items() if s <= resumed_from}
     combined = before | read_logs(out / "resumed")
     assert sorted(combined) == sorted(reference), "the resumed run has other steps"
