@@ -74,3 +74,6 @@ class CollectorClient:
 
     def timeline(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._run(run_id, "timeline")["data"])
+
+    def events(self, run_id: str, kind: str, limit: int = 1000) -> list[dict[str, Any]]:
+        return list(self._run(run_id, "events", kind=kind, limit=limit)["data"])

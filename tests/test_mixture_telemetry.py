@@ -6,16 +6,21 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pytest
+from streamlit.testing.v1 import AppTest
 
+from dashboard.client import ENV_API
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
 
 pytestmark = pytest.mark.slow  # starts the collector
+
+PROGRESS = Path(__file__).parent.parent / "dashboard" / "screens" / "progress.py"
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +66,33 @@ def test_weights_and_per_dataset_progress_reach_the_collector(collector: Dashboa
     resume = [e["data"] for e in events if e["global_step"] == 10]
     assert resume[0]["supplied"] == [60, 20] and resume[0]["passes"] == [1, 1]
     assert resume[0]["phase_start"] == 10 and resume[0]["names"] == "a,b"
+    page = AppTest.from_file(str(PROGRESS), default_timeout=60)
+    page.session_state["run_id"] = "mix-run"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_API, collector.api_url)
+        page.run()
+    assert not page.exception
+    assert "Datasets of the mixture" in [h.value for h in page.subheader]
+    [table] = page.table
+    assert list(table.value.index) == ["a", "b"]
     timeline = _get(collector.api_url + "/api/runs/mix-run/timeline")
     assert {item["label"] for item in timeline["data"] if item["kind"] == "mixture"} == {
         "mixture: a 3/4, b 1/4 at step 0",
         "mixture: a 1/2, b 1/2 at step 10",
     }
+
+
+def test_the_progress_page_table_of_a_mixture() -> None:
+    from dashboard.mixture import mixture_frame
+
+    def event(step: int, weights: str, start: int, supplied: list[int]) -> dict[str, Any]:
+        data = {"names": "web,code", "weights": weights, "phase_start": start}
+        return {"global_step": step, "data": data | {"supplied": supplied, "passes": [0, 2]}}
+
+    events = [event(0, "3/4,1/4", 0, [0, 0]), event(10, "1/2,1/2", 10, [75, 25])]
+    events.append(event(20, "1/2,1/2", 10, [125, 75]))
+    frame = mixture_frame(events)
+    assert frame is not None
+    assert frame.loc["web"].tolist() == ["50.0%", "125", "0", "50.0%"]
+    assert frame.loc["code"]["share since the weights took effect"] == "50.0%"
+    assert mixture_frame([]) is None

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, ui
+from dashboard.mixture import mixture_frame
 
 BARS_UP_TO = 32  # ranks drawn as bars; beyond, a heatmap and the ranks furthest behind
 TRACK = "background:#e8eaed;height:8px;border-radius:4px;margin:2px 0 10px 0"
@@ -107,6 +108,11 @@ def live() -> None:
         st.table(ui.paged(_behind(ranks), "progress-page"))
     elif ranks:
         ui.show(charts.rank_bars(ranks), side)
+    events = ui.fetch("events", run_id, kind="mixture") if run_id else None
+    mixed = mixture_frame(events or [])
+    if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
+        st.subheader("Datasets of the mixture")
+        st.table(mixed)
 
 
 st.header("Progress")
