@@ -16,14 +16,14 @@ def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     names, weights = state[ms.KEY_NAMES], state[ms.KEY_WEIGHTS]
     rule = state[ms.KEY_EPOCH_RULE]
     if isinstance(rule, int):
-        epoch_text = f"{rule} steps"
+        epoch_text = f"every {rule} steps"
     elif rule.startswith("pass_of:"):
-        epoch_text = f"the end of a pass of {names[int(rule[8:])]}"
+        epoch_text = f"each pass of {names[int(rule[8:])]}"
     else:
-        epoch_text = rule.replace("_", " ")
+        epoch_text = {"first_pass": "the first pass a dataset completes"}.get(rule, "all passes")
     rows = [
         ("mixture", f"{len(names)} datasets: " + ", ".join(f"{n} {w}" for n, w in zip(names, weights, strict=True))),
-        ("  epoch", f"{state[st.KEY_EPOCH]}, step {state[st.KEY_STEP]} (an epoch ends at {epoch_text}); "
+        ("  epoch", f"{state[st.KEY_EPOCH]}, step {state[st.KEY_STEP]} (an epoch ends with {epoch_text}); "
                     f"global step {state[st.KEY_GLOBAL_STEP]}, saved by world_size {state[st.KEY_WORLD_SIZE]} "
                     f"with G={state[st.KEY_GLOBAL_BATCH]:,}"),
         ("  weights", f"in effect since global step {state[ms.KEY_PHASE_START]}: "
