@@ -277,11 +277,16 @@ class MixPlan:
             counts = self.weights.counts_after(pos.counts, steps * global_batch)
             return counts[k] - pos.counts[k] >= rows
 
+        # every count is within one row of its share: the answer lies in a window of about
+        # 2 / (G * share) + 1 steps, found from the shares alone; the kernel decides inside it
         share = Fraction(self.weights.shares[k], self.weights.period)
-        high = max(1, math.ceil((rows + 1) / (share * global_batch)))  # within one row
-        while not enough(high):
+        done = sum(pos.counts)
+        target = rows + pos.counts[k]  # the count source k must reach
+        low = max(0, math.floor((target - 1 - done * share) / (share * global_batch)))
+        high = max(1, math.ceil((target + 1 - done * share) / (share * global_batch)))
+        while not enough(high):  # (never: the bound holds; kept as a guard)
             high *= 2
-        low = 0
+        low = min(low, high - 1)
         while low + 1 < high:
             mid = (low + high) // 2
             if enough(mid):

@@ -243,3 +243,12 @@ def test_naive_step_rounding_would_take_rows_back() -> None:
         nxt = w.counts_after(counts, g)
         assert all(b >= a for a, b in zip(counts, nxt, strict=True))
         counts = nxt
+
+
+def test_weights_by_size_fit_the_kernel_for_billions_of_rows() -> None:
+    from loader.mixture import by_size
+
+    assert Weights.of(by_size([60_000, 30_000, 10_000]), 3).shares == (6, 3, 1)
+    big = Weights.of(by_size([3_000_000_000, 1_000_000_000, 7, 0]), 4)
+    assert big.period <= 2**20 + 4 and big.shares[2] == 1 and big.shares[3] == 0
+    assert abs(Fraction(big.shares[0], big.shares[1]) - 3) < Fraction(1, 10**5)
