@@ -177,7 +177,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._batching = Batching(batch_size, args.boolean("drop_last", drop_last))
         reads_in_flight = args.optional_integer("reads_in_flight", reads_in_flight, 0)
         if reads_in_flight is None:
-            reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
+            reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
             read_size = default_read_size(dataset.packing)
