@@ -132,6 +132,4 @@ def _not_a_file(place: storage.Location, entry: storage.Entry) -> str:
             f"is a {place.folder_word}, not a checkpoint {place.noun}; "
             f"pass loader.checkpoint.latest({where})"
         )
-    return (
-        f"is {entry.what}, not a regular file: checkpoints are read from regular files only"
-    )
+    return f"is {entry.what}, not a regular file: checkpoints are read from regular files only"

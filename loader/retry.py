@@ -67,7 +67,7 @@ def _within(read: Callable[[], R], timeout_s: float) -> R:
         raise _Overdue(f"no answer within the {READ_DEADLINE} of {timeout_s:.1f} s left")
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
 
 
 def _final(err: OSError, remote: bool) -> bool:

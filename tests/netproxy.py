@@ -45,7 +45,9 @@ class Faults:
             raise ValueError(f"drop_probability must be in [0, 1], got {self.drop_probability}")
 
 
-def http_response(status: int, reason: str, body: bytes = b"", kind: str = "application/xml") -> bytes:
+def http_response(
+    status: int, reason: str, body: bytes = b"", kind: str = "application/xml"
+) -> bytes:
     """A complete HTTP/1.1 response that closes its connection (for `Faults.answer`)."""
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
@@ -212,6 +214,8 @@ class FaultProxy:
         with link.lock:
             link.closed.set()
         for sock in (link.upstream, link.client):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked on the upstream
             sock.close()
         with self._lock:
             self._links.discard(link)

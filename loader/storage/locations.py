@@ -68,9 +68,20 @@ class TooBig(Exception):
 class Location(Protocol):
     """Where one file (or a folder of them) lives."""
 
-    shown: Path | str  # as the user wrote it: what save() and latest() return
-    folder_word: str  # "folder" or "prefix (folder)", for messages
-    noun: str  # "file" or "object"
+    @property
+    def shown(self) -> Path | str:
+        """As the user wrote it: what save() and latest() return."""
+        ...
+
+    @property
+    def folder_word(self) -> str:
+        """'folder' or 'prefix (folder)', for messages."""
+        ...
+
+    @property
+    def noun(self) -> str:
+        """'file' or 'object', for messages."""
+        ...
 
     def child(self, name: str) -> Location: ...
     def is_folder(self) -> bool: ...

@@ -55,7 +55,15 @@ _S3_ARGUMENTS = {
 _ALLOW_HTTP = ("allow_http", "aws_allow_http")
 # Option values that are safe to print; every other value is treated as a secret.
 PUBLIC_OPTIONS = frozenset(
-    {"endpoint", "aws_endpoint", "region", "aws_region", "allow_http", "aws_allow_http", READ_DEADLINE}
+    {
+        "endpoint",
+        "aws_endpoint",
+        "region",
+        "aws_region",
+        "allow_http",
+        "aws_allow_http",
+        READ_DEADLINE,
+    }
 )
 _CLOUD_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCS_")
 _SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL")
