@@ -65,7 +65,10 @@ def is_folder(where: Location, storage_options: dict[str, Any] | None = None) ->
 
 def read(where: Location, storage_options: dict[str, Any] | None = None) -> Stored:
     """The bytes of one regular file or object, refused beyond `MAX_FILE_BYTES`."""
-    place = _place(where, storage_options)
+    return _read(_place(where, storage_options))
+
+
+def _read(place: storage.Location) -> Stored:
     try:
         blob = place.read(MAX_FILE_BYTES)
     except storage.NotAFile as refusal:
@@ -86,12 +89,13 @@ def read_checked(
     request (its size, then its bytes), so an object replaced meanwhile by a save can come
     back cut at the old size: a refused object is read again, and refused only when the
     same bytes come back (a file that is damaged stays damaged)."""
-    stored = read(where, storage_options)
-    for _ in range(REREADS if isinstance(stored.location, str) else 0):
+    place = _place(where, storage_options)
+    stored = _read(place)
+    for _ in range(0 if place.whole_reads else REREADS):
         try:
             return stored, check(stored.location, stored.data)
         except CheckpointError:
-            again = read(where, storage_options)
+            again = _read(place)
         if again.data == stored.data:
             break
         stored = again

@@ -83,6 +83,12 @@ class Location(Protocol):
         """'file' or 'object', for messages."""
         ...
 
+    @property
+    def whole_reads(self) -> bool:
+        """Whether `read` cannot mix two versions (one open file: a rename leaves it whole);
+        False where a read is several requests (an object's size, then its bytes)."""
+        ...
+
     def child(self, name: str) -> Location: ...
     def is_folder(self) -> bool: ...
     def read(self, limit: int) -> Blob:
@@ -132,6 +138,7 @@ class LocalLocation:
     shown: Path
     folder_word: ClassVar[str] = "folder"
     noun: ClassVar[str] = "file"
+    whole_reads: ClassVar[bool] = True
 
     def child(self, name: str) -> LocalLocation:
         return LocalLocation(self.shown / name)
@@ -249,6 +256,7 @@ class ObjectLocation:
     label: str = ""
     folder_word: ClassVar[str] = "prefix (folder)"
     noun: ClassVar[str] = "object"
+    whole_reads: ClassVar[bool] = False
 
     def child(self, name: str) -> ObjectLocation:
         return ObjectLocation(
