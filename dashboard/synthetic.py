@@ -99,6 +99,14 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                 "interval_s": 1.0,
                 "rows_per_s": rows,
             }
+            share = len(owned[r]) * run.rows_per_split
+            if done[r] >= share > done[r] - rows:  # the rank read its share: its epoch ended
+                yield {
+                    **_static(run, r),
+                    "kind": wire.EPOCH_END,
+                    "ts": ts,
+                    **_position(run, done[r]),
+                }
             if run.checkpoint_every and t % run.checkpoint_every == 0:
                 yield {
                     **_static(run, r),

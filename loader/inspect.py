@@ -23,9 +23,6 @@ from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 
-# loader.packing's state keys, spelt here: importing it would pull pyarrow into `inspect`
-KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED = "token_offsets", "tokens_dropped"
-
 
 def print_inspect(
     path: str | os.PathLike[str],
@@ -136,15 +133,25 @@ def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
                      f"of {length:,}{' documents' if packed else ''} per split"),
         ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
                    f"splits finished; skipped {skipped}"),
-        ("resumes on", f"world sizes {', '.join(map(str, supported_world_sizes(s)))} "
-                       f"(those dividing S={s})"),
+        ("resumes on", _resumes_on(state, s)),
     ]  # fmt: skip
+
+
+def _resumes_on(state: dict[str, Any], num_splits: int) -> str:
+    """Any W <= G with a global batch G that is a multiple of S; the divisors of S with any."""
+    saved = state.get(st.KEY_GLOBAL_BATCH)
+    by = f", saved with G={saved:,}" if isinstance(saved, int) else ""
+    divisors = ", ".join(map(str, supported_world_sizes(num_splits)))
+    return (
+        f"any W <= G with a global batch G that is a multiple of S={num_splits}{by}; "
+        f"with any other batch, world sizes {divisors} (those dividing S={num_splits})"
+    )
 
 
 def _token_texts(state: dict[str, Any]) -> tuple[str, str]:
     """(' + 37 tokens into the next ones', '; 12 tokens of the epoch dropped'): a packed
     state's token fields, each empty when absent."""
-    offsets, dropped = state.get(KEY_TOKEN_OFFSETS), state.get(KEY_TOKENS_DROPPED)
+    offsets, dropped = state.get(st.KEY_TOKEN_OFFSETS), state.get(st.KEY_TOKENS_DROPPED)
     into = f" + {sum(offsets):,} tokens into the next ones" if offsets is not None else ""
     return into, f"; {dropped:,} tokens of the epoch dropped" if dropped is not None else ""
 

@@ -1,8 +1,9 @@
 """`elastic-loader plan` and the dashboard's Planner: what a layout supports, before a GPU is booked.
 
-One answer for both: a world size W fits when it divides S (`check_world_size`, what the
-loader accepts) and, when a global batch G is given, divides G too (each rank's batch G/W
-is whole). Layout arithmetic only (`loader.layout`, standard library), so the Streamlit
+One answer for both, `loader.layout.fit_reason` (what the loader accepts): with a global
+batch G that is a multiple of S every W <= G fits (per-rank batches G // W or one more);
+otherwise W must divide S and, when G is given, G too. Layout arithmetic only
+(`loader.layout`, standard library), so the Streamlit
 page uses it without importing torch or Numba. The work is bounded whatever the sizes:
 world sizes come from divisors found up to sqrt(S), the table lists at most `LISTED`
 of them, and the placement shows the first ranks of each.
@@ -12,7 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loader.layout import owned_splits, supported_world_sizes
+from loader.layout import (
+    Piece,
+    fit_reason,
+    is_whole,
+    rank_batch_sizes,
+    rank_pieces,
+    supported_world_sizes,
+    uses_steps,
+)
 
 MAX_NUM_SPLITS = 2**40  # divisors up to sqrt(S) = 2**20: a fraction of a second
 MAX_ROWS = 2**63 - 1  # row positions are int64
@@ -27,10 +36,17 @@ class WorldFit:
     world_size: int
     supported: bool
     reason: str  # why it does not fit; "" when it does
-    splits_per_rank: int | None
-    batch_size: int | None  # per rank, for the global batch asked for
+    splits_per_rank: int | None  # most splits a rank reads from (whole or in part)
+    batch_size: int | None  # per rank, for the global batch asked for (the larger one)
     batches_per_epoch: int | None
-    placement: list[range]  # the splits of the first `PLACED` ranks
+    placement: list[list[Piece]]  # what the first `PLACED` ranks read of each step
+    smallest_batch: int | None = None  # per rank, where G % W != 0 (else = batch_size)
+    shared_splits: bool = False  # some split is read by two ranks
+
+    @property
+    def unequal(self) -> bool:
+        """Per-rank batches differ by one row: weight the loss (`loss_scale`)."""
+        return self.smallest_batch is not None and self.smallest_batch != self.batch_size
 
 
 @dataclass(frozen=True)
@@ -91,27 +107,51 @@ def plan_report(
         identical_global_batches=None if global_batch is None else global_batch % num_splits == 0,
         batches_per_epoch=batches,
         drop_last=drop_last,
-        fits=[_fit(w, num_splits, global_batch, batches) for w in asked],
+        fits=[_fit(w, num_splits, global_batch, kept, drop_last) for w in asked],
         unlisted=len(supported) - len(asked) if world_sizes is None else 0,
     )
 
 
-def _fit(world: int, num_splits: int, global_batch: int | None, batches: int | None) -> WorldFit:
-    """Every fitting W has the same batches per epoch: (S·L/W) / (G/W) = S·L/G."""
-    reason = ""
-    if num_splits % world:
-        reason = f"S={num_splits} is not a multiple of W (S % W = {num_splits % world})"
-    elif global_batch is not None and global_batch % world:
-        reason = f"G={global_batch} is not a multiple of W: the batch per rank would not be whole"
+def _fit(
+    world: int, num_splits: int, global_batch: int | None, kept: int, drop_last: bool
+) -> WorldFit:
+    """Batches per epoch are S*L/G on every W, except a last short step with fewer rows
+    than ranks, which is dropped (and counted)."""
+    reason = fit_reason(num_splits, world, global_batch)
     if reason:
         return WorldFit(world, False, reason, None, None, None, [])
-    placement = [owned_splits(r, world, num_splits) for r in range(min(world, PLACED))]
-    batch = None if global_batch is None else global_batch // world
-    return WorldFit(world, True, "", num_splits // world, batch, batches, placement)
+    placement = [rank_pieces(r, world, num_splits, global_batch) for r in range(min(world, PLACED))]
+    touched = [sum(len(piece.splits) for piece in p) for p in placement]
+    widest = max(touched) if uses_steps(num_splits, global_batch) else None
+    if global_batch is None:
+        return WorldFit(world, True, "", num_splits // world, None, None, placement)
+    full, tail = divmod(kept, global_batch)
+    batches = full + (tail > 0 and not drop_last and tail >= world)
+    small, large = rank_batch_sizes(world, global_batch)
+    shared = uses_steps(num_splits, global_batch) and any(
+        not is_whole(piece, num_splits, global_batch) for pieces in placement for piece in pieces
+    )
+    splits = widest if widest is not None else num_splits // world
+    return WorldFit(world, True, "", splits, large, batches, placement, small, shared)
 
 
-def _ranges(fit: WorldFit) -> str:
-    shown = [f"r{i}:[{p.start},{p.stop})" for i, p in enumerate(fit.placement)]
+def _pieces_text(pieces: list[Piece], num_splits: int, global_batch: int | None) -> str:
+    """Whole splits as [a,b), a shared one as s[lo:hi of G/S]: its rows of each step."""
+    per_split = 1
+    if global_batch is not None and uses_steps(num_splits, global_batch):
+        per_split = global_batch // num_splits
+    return "+".join(
+        f"[{p.split},{p.split_stop})"
+        if is_whole(p, num_splits, global_batch)
+        else f"{p.split}[{p.start}:{p.stop} of {per_split}]"
+        for p in pieces
+    )
+
+
+def _ranges(fit: WorldFit, num_splits: int, global_batch: int | None) -> str:
+    shown = [
+        f"r{i}:{_pieces_text(p, num_splits, global_batch)}" for i, p in enumerate(fit.placement)
+    ]
     more = fit.world_size - len(fit.placement)
     return " ".join(shown) + (f" … ({more:,} more)" if more else "")
 
@@ -146,15 +186,31 @@ def format_report(report: PlanReport, num_workers: int = 0) -> str:
     )
     for fit in report.fits:
         batch = "-" if fit.batch_size is None else str(fit.batch_size)
+        if fit.unequal:
+            batch = f"{fit.smallest_batch}-{fit.batch_size}"
         per = "-" if fit.splits_per_rank is None else str(fit.splits_per_rank)
         procs = fit.world_size * max(1, num_workers)
-        where = _ranges(fit) if fit.supported else fit.reason
+        where = (
+            _ranges(fit, report.num_splits, report.global_batch) if fit.supported else fit.reason
+        )
         verdict = "yes" if fit.supported else "no"
         lines.append(
             f"{fit.world_size:>5}  {verdict:<4}  {per:>11}  {batch:>10}  {procs:>9}  {where}"
         )
     if report.unlisted:
         lines.append(f"… and {report.unlisted:,} more world sizes (ask with --world-sizes)")
+    if report.identical_global_batches:
+        lines.append(
+            f"with G = {report.global_batch} (a multiple of S) every W <= G fits: a rank reads "
+            f"whole splits plus parts of the two at its edges (s[a:b of G/S]: rows a..b-1 of "
+            f"that split's G/S in each step)"
+        )
+    if any(f.unequal for f in report.fits):
+        lines.append(
+            "batch/rank a-b: per-rank batches differ by one row; for the exact gradient of "
+            "the global batch multiply each rank's summed loss by dl.loss_scale (= W / rows "
+            "of the global step) before backward"
+        )
     return "\n".join(lines)
 
 

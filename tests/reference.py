@@ -110,3 +110,19 @@ def pack_blocks(
         ]
         out.append((ids, labels, pos + [0] * pad, doc_ids + [-1] * pad))
     return out
+
+
+def slice_runs(before: list[int], after: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """A rank's part of a step by its definition: lay the step's rows out split after split,
+    keep positions [lo, hi), and group them back into (split, start, stop) runs."""
+    layout = [(s, level) for s in range(len(before)) for level in range(before[s], after[s])]
+    runs: dict[int, list[int]] = {}
+    for s, level in layout[lo:hi]:
+        runs.setdefault(s, []).append(level)
+    return [(s, levels[0], levels[-1] + 1) for s, levels in sorted(runs.items())]
+
+
+def runs_order(runs: list[tuple[int, int, int]], length: int) -> list[int]:
+    """Order indices of runs sorted by (level, split)."""
+    pairs = sorted((level, s) for s, a, b in runs for level in range(a, b))
+    return [s * length + level for level, s in pairs]

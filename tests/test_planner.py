@@ -33,7 +33,7 @@ def test_plan_command_reports_splits_drops_world_sizes_and_batches(
         ]
     )
     out = capsys.readouterr().out
-    assert status == 1, "an asked-for world size does not fit"
+    assert status == 0, "G is a multiple of S: every W <= G fits"
     assert "rows per split L = N // S = 20" in out
     assert "rows dropped per epoch: 40" in out
     assert "world sizes S supports: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48" in out
@@ -42,8 +42,13 @@ def test_plan_command_reports_splits_drops_world_sizes_and_batches(
         line.split()[0]: line.split() for line in out.splitlines() if line.strip()[:1].isdigit()
     }
     assert rows["4"][1:4] == ["yes", "12", "24"]
-    assert rows["5"][1] == "no"
+    assert rows["5"][1:4] == ["yes", "10", "19-20"]  # splits 9 and 19, 28, 38 are shared
+    assert "r0:[0,9)+9[0:1 of 2] r1:9[1:2 of 2]+[10,19)" in out
     assert rows["8"][1:4] == ["yes", "6", "12"]
+    assert "dl.loss_scale" in out
+    args = "plan --rows 1000 --num-splits 48 --world-sizes 5 --global-batch 100"
+    main(args.split(" "))
+    assert "5  no" in capsys.readouterr().out  # G % S != 0: W must divide S
 
 
 def test_report_matches_the_loaders_divisibility_check() -> None:
@@ -57,6 +62,10 @@ def test_report_matches_the_loaders_divisibility_check() -> None:
                 ValueError, match=r"supports world sizes \[1, 2, 3, 4, 6, 8, 12, 24\]"
             ):
                 check_world_size(24, fit.world_size)
+    report = plan_report(10_000, 24, world_sizes=list(range(1, 60)), global_batch=48)
+    assert all(f.supported for f in report.fits[:48]) and not report.fits[48].supported
+    for fit in report.fits[:48]:
+        check_world_size(24, fit.world_size, 48)
 
 
 @pytest.mark.slow
@@ -75,7 +84,7 @@ def test_counts_batches_and_dropped_rows() -> None:
     report = plan_report(1003, 8, [2, 3, 4], 40, drop_last=True)
     assert report.rows_dropped == 3  # 1003 - 8 * 125
     by_w = {f.world_size: f for f in report.fits}
-    assert not by_w[3].supported and "not a multiple of W" in by_w[3].reason
+    assert by_w[3].supported and (by_w[3].smallest_batch, by_w[3].batch_size) == (13, 14)
     assert (by_w[4].batch_size, by_w[4].batches_per_epoch) == (10, 25)  # 250 rows / 10
     assert report.identical_global_batches and by_w[2].batches_per_epoch == 25
     assert plan_report(1003, 8, [4], 48).fits[0].batches_per_epoch == 21  # ceil(1000 / 48)
@@ -90,7 +99,7 @@ def test_a_world_size_that_divides_s_but_not_g_does_not_fit(
     status = main(args.split())
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[6:]}
     assert status == 1
-    assert rows["8"].split()[1] == "no" and "G=100 is not a multiple of W" in rows["8"]
+    assert rows["8"].split()[1] == "no" and "G=100 is not a multiple of world_size=8" in rows["8"]
     assert rows["6"].split()[1:4] == ["no", "-", "-"]
 
 
@@ -141,8 +150,9 @@ def test_absurd_sizes_answer_at_once() -> None:
     assert "world sizes S supports: 1, 2, 4, 5, 8, 10," in done.stdout  # 169 divisors
     assert "… and 105 more world sizes (ask with --world-sizes)" in done.stdout
     done = _plan("--rows 2e12 --num-splits 1e12 --world-sizes 1e12,3 --global-batch 2e12")
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 0, done.stderr  # G is a multiple of S: W = 3 fits too
     assert "r0:[0,1) r1:[1,2)" in done.stdout and "(999,999,999,992 more)" in done.stdout
+    assert "r1:[333333333333,666666666666)+666666666666[0:1 of 2]" in done.stdout
     done = _plan("--rows 9e18 --num-splits 4e18")
     assert done.returncode == 2
     assert "num_splits must be an integer in [1, 1,099,511,627,776], got" in done.stderr

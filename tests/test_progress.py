@@ -15,13 +15,10 @@ import orjson
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.batches import ids
 from tests.tables import make_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state-before-progress.json"
-
-
-def ids(batches: Any) -> list[list[int]]:
-    return [b["id"].tolist() for b in batches]
 
 
 def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
@@ -41,7 +38,10 @@ def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
     dl.load_state_dict(saved["state"])
     assert (dl.step, dl.global_step, len(dl)) == (5, 5, 19)
     assert ids(dl) == saved["rest"]
-    assert (dl.step, dl.global_step) == (0, 19)
+    # the batch in hand is epoch 0's 19th; the position after it is epoch 1's start
+    assert (dl.step, dl.global_step, dl.streaming_dataset.epoch) == (19, 19, 0)
+    state = dl.state_dict()
+    assert (state["epoch"], state["step"], set(state["cursors"])) == (1, 0, {0})
 
 
 def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_rows: Any) -> None:
@@ -51,7 +51,9 @@ def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_ro
     head = list(itertools.islice(dl, 3))
     assert len(head) == 3 and (dl.step, dl.global_step) == (3, 13)
     list(dl)  # a new `for` finishes epoch 1: 7 more
-    assert (dl.step, dl.global_step, dl.progress.epoch) == (0, 20, 2)
+    # the batch in hand is epoch 1's last; the position after it is epoch 2's start
+    assert (dl.step, dl.global_step, dl.progress.epoch) == (10, 20, 1)
+    assert dl.progress.position() == (2, (0, 0, 0, 0), 0)
     next(iter(dl))
     state = dl.state_dict()
     assert (state["step"], state["global_step"]) == (1, 21)
@@ -61,7 +63,7 @@ def test_global_step_counts_batches_across_epochs_for_loops_and_resumes(lance_ro
     resumed.load_state_dict(state)
     assert (resumed.step, resumed.global_step) == (1, 21)
     rest = list(resumed)
-    assert resumed.global_step == 21 + len(rest) and resumed.step == 0
+    assert resumed.global_step == 21 + len(rest) and resumed.step == 1 + len(rest)
 
 
 def test_a_load_takes_effect_when_the_next_iteration_starts(lance_rows: Any) -> None:
@@ -106,7 +108,8 @@ def test_the_dataset_and_its_loader_share_one_position(lance_rows: Any) -> None:
     dl = StreamingDataLoader(ds, batch_size=100)
     rest = [i for b in ids(dl) for i in b]
     assert sorted([r["id"] for r in rows] + rest) == list(range(600))
-    assert ds.epoch == 1 and dl.state_dict()["cursors"] == [0, 0, 0, 0]
+    assert ds.epoch == 0 and dl.state_dict()["cursors"] == [0, 0, 0, 0]
+    assert dl.state_dict()["epoch"] == 1
 
 
 def test_shuffle_seed_none_picks_a_seed_that_the_state_carries(arrow_rows: Any) -> None:
@@ -135,3 +138,50 @@ def test_shuffle_seed_none_without_torch_distributed_on_several_ranks_is_refused
 ) -> None:
     with pytest.raises(ValueError, match="shuffle_seed=None picks a seed on rank 0"):
         StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=None, rank=1, world_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_the_epoch_is_the_batch_in_hands_until_the_next_one(lance_rows: Any, workers: int) -> None:
+    """A loop that logs `ds.epoch` with each step labels every step of epoch 0 with 0, the
+    last one too (LitData's `current_epoch`); the state after it is epoch 1's start."""
+    ds = StreamingDataset(lance_rows, num_splits=4, shuffle_seed=3)
+    dl = StreamingDataLoader(ds, batch_size=64, num_workers=workers)
+    for epoch in range(2):
+        labels = [(ds.epoch, dl.step) for _ in dl]
+        assert labels == [(epoch, step) for step in range(1, 11)], labels
+        state = dl.state_dict()
+        assert (state["epoch"], state["step"], set(state["cursors"])) == (epoch + 1, 0, {0})
+    assert len(dl) == 10  # the next epoch's batches: the position's epoch
+
+
+def test_skipping_a_range_of_steps_at_a_resume_reads_every_other_row_once(
+    lance_rows: Any,
+) -> None:
+    """Megatron's --skip-train-iteration-range: resume, jump over global steps [12, 15)
+    (a loss spike's data), which are counted in the state; every other row once, on any W."""
+    full = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), global_batch_size=64)
+    steps = ids(full)  # 10 steps of one epoch, the last one short (600 rows)
+    ranks = []
+    for rank in range(3):  # resume on 3 ranks, as a loss-spike restart on fewer GPUs would
+        ds = StreamingDataset(lance_rows, num_splits=4, rank=rank, world_size=3)
+        dl = StreamingDataLoader(ds, global_batch_size=64)
+        dl.skip_steps(3, 6)
+        ranks.append(dl)
+    got = [ids(dl) for dl in ranks]
+    assert {len(g) for g in got} == {7}, "the same number of steps on every rank"
+    per_step = [sorted(i for g in got for i in g[t]) for t in range(7)]
+    assert per_step == [sorted(s) for s in steps[:3] + steps[6:]]
+    state = ranks[0].state_dict()
+    assert state["epoch"] == 1 and state["steps_skipped"] == [[3, 6, 192]]
+    with pytest.raises(ValueError, match="behind the position"):
+        ranks[0].skip_steps(0, 5)
+
+
+def test_a_skip_in_the_middle_of_a_loop_and_past_the_epoch_end(lance_rows: Any) -> None:
+    dl = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=64)
+    whole = ids(StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=64))
+    dl.skip_steps(8, 12)  # the last 2 steps of epoch 0 and the first 2 of epoch 1
+    assert ids(dl) == whole[:8]
+    second = ids(dl)
+    assert len(second) == 8 and dl.global_step == 20
+    assert dl.state_dict()["steps_skipped"] == [[8, 10, 88], [10, 12, 128]]
