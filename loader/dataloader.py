@@ -222,7 +222,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
-            reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
+            reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
             read_size = _default_read_size(dataset.units.tokens_per_unit)

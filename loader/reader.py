@@ -23,7 +23,8 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
-from loader.prefetch import take_in_parts, with_retries
+from loader.prefetch import take_in_parts
+from loader.retry import ReadPolicy, with_retries
 from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
@@ -52,6 +53,7 @@ class BatchReader(Dataset[list[Any]]):
         self._epoch_plan: EpochPlan | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self._read_policy: ReadPolicy | None = None
         self.skipped_rows = 0  # rows on_error skipped in this process
 
     def __getstate__(self) -> dict[str, Any]:
@@ -84,12 +86,17 @@ class BatchReader(Dataset[list[Any]]):
     def _take(self, positions: NDArray[np.int64]) -> pa.Table:
         """Every row at `positions`, retrying transient failures; never fewer rows."""
         uri = self.source.spec.uri
-        table = with_retries(lambda: self._rows().take(positions), uri)
+        table = with_retries(lambda: self._rows().take(positions), self._policy())
         if table.num_rows != len(positions):
             raise RuntimeError(
                 f"a read of {len(positions)} rows from {uri!r} returned {table.num_rows}"
             )
         return table
+
+    def _policy(self) -> ReadPolicy:
+        if self._read_policy is None:
+            self._read_policy = ReadPolicy.of(self.source.spec)
+        return self._read_policy
 
     def _plan_of(self, epoch: int) -> EpochPlan:
         if self._epoch_plan is None or self._epoch_plan.epoch != epoch:
@@ -113,7 +120,7 @@ class BatchReader(Dataset[list[Any]]):
         """One read in ascending position order (in up to `sub_reads` parts at once), and
         the order that restores the request."""
         ascending = np.argsort(positions, kind="stable")
-        self._rows()  # open (or reopen after a fork) before any sub-read thread starts
+        with_retries(self._rows, self._policy())  # open (or reopen after a fork) first
         table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
         restore = np.empty_like(ascending)
         restore[ascending] = np.arange(len(ascending))
