@@ -33,6 +33,7 @@ from loader.mixstream import MixProgress
 from loader.plan import PlanSpec
 from loader.progress import Batching
 from loader.sources import ResolvedSource, SourceSpec
+from loader.sources.registry import is_remote
 from loader.world import World
 
 __all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
@@ -180,7 +181,7 @@ class MixedDataset:
     def source(self) -> ResolvedSource:
         """The source that sets the loader's read defaults: an object store's if any is one."""
         for ds in self.datasets:
-            if "://" in ds.source.spec.uri and not ds.source.spec.uri.startswith("file://"):
+            if is_remote(ds.source.spec):
                 return ds.source
         return self.datasets[0].source
 
