@@ -32,8 +32,7 @@ from loader.mixreader import SOURCE_FIELD, MixReader
 from loader.mixstream import MixProgress
 from loader.plan import PlanSpec
 from loader.progress import Batching
-from loader.sources import ResolvedSource, SourceSpec
-from loader.sources.registry import is_remote
+from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.world import World
 
 __all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
