@@ -48,6 +48,11 @@ def saved_if_mine(
         return
     try:
         now = telemetry._position(snapshot(), client.static.get("num_splits"))
+        if state.get(st.KEY_FORMAT) == st.MIXTURE_FORMAT:  # per dataset: the step says where
+            if state.get(st.KEY_GLOBAL_STEP) != now.get("global_step"):
+                return
+            client.event(CHECKPOINT_SAVED, path=path, epoch=now.get("epoch"), **_steps(state, now))
+            return
         cursors = state.get(st.KEY_CURSORS)
         lo, hi = now["splits"]
         mine = list(cursors[lo:hi]) if isinstance(cursors, list) else None
@@ -56,13 +61,14 @@ def saved_if_mine(
     except Exception:  # an odd state or a snapshot racing the loader: no event
         logger.debug("telemetry: could not match a saved state", exc_info=True)
         return
-    client.event(
-        CHECKPOINT_SAVED,
-        path=path,
-        epoch=now.get("epoch"),
-        step=state.get(st.KEY_STEP, now.get("step")),
-        global_step=state.get(st.KEY_GLOBAL_STEP, now.get("global_step")),
-    )
+    client.event(CHECKPOINT_SAVED, path=path, epoch=now.get("epoch"), **_steps(state, now))
+
+
+def _steps(state: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "step": state.get(st.KEY_STEP, now.get("step")),
+        "global_step": state.get(st.KEY_GLOBAL_STEP, now.get("global_step")),
+    }
 
 
 def dcp_save_target(max_depth: int = 40) -> str | None:

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.client import ENV_API
 from dashboard.launch import DashboardHandle, start_dashboard
-from loader import MixedDataset, StreamingDataLoader, StreamingDataset
+from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint
 
 pytestmark = pytest.mark.slow  # starts the collector
 
@@ -47,11 +47,14 @@ def loader(collector: DashboardHandle, rank: int, weights: list[int]) -> Streami
     )
 
 
-def test_weights_and_per_dataset_progress_reach_the_collector(collector: DashboardHandle) -> None:
+def test_weights_and_per_dataset_progress_reach_the_collector(
+    collector: DashboardHandle, tmp_path: Path
+) -> None:
     first = [loader(collector, r, [3, 1]) for r in range(2)]
     for _ in zip(*first, strict=True):
         pass  # one epoch: a pass of b (20 rows, 2 a step)
     state = first[0].state_dict()
+    checkpoint.save(state, tmp_path / "mix.json")  # on the Timeline as a single dataset's
     resumed = [loader(collector, r, [1, 1]) for r in range(2)]
     for dl in resumed:
         dl.load_state_dict(state)
@@ -76,6 +79,8 @@ def test_weights_and_per_dataset_progress_reach_the_collector(collector: Dashboa
     [table] = page.table
     assert list(table.value.index) == ["a", "b"]
     timeline = _get(collector.api_url + "/api/runs/mix-run/timeline")
+    saved = [i for i in timeline["data"] if i["kind"] == "checkpoint_saved"]
+    assert [(i["step"], i["ranks"]) for i in saved] == [(10, 2)]
     assert {item["label"] for item in timeline["data"] if item["kind"] == "mixture"} == {
         "mixture: a 3/4, b 1/4 at step 0",
         "mixture: a 1/2, b 1/2 at step 10",
