@@ -21,6 +21,7 @@ from loader import state as st
 from loader.layout import check_world_size, owned_splits
 from loader.packing import (
     PACK_FIELDS,
+    PACKED_CLUMP,
     PackedTokens,
     blocks_of_state,
     pack_spec,
@@ -104,7 +105,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self._shuffle = (
             args.boolean("shuffle", shuffle),
             args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
-            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1) or 1,
+            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
+            or (PACKED_CLUMP if self._pack is not None else 1),
         )
         self._num_splits = num_splits
         start_epoch = args.integer("epoch", epoch, 0)
@@ -269,12 +271,13 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             plan = self._plan_on(resolved, seed)
         saved_source = state[st.KEY_SOURCE]
         st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
-        fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
+        # packing first: a row state differs from a packed one in its clump default too
+        fields = [*PACK_FIELDS, "num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size"]
+        fields.append("filter")
         if not self.allow_source_change:
             fields.append("num_rows")
         if drop_last is not None:
             fields.append("drop_last")
-        fields.extend(PACK_FIELDS)
         st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
         st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         check_world_size(plan.num_splits, self.world_size)
