@@ -139,6 +139,13 @@ def take_ragged(arr: pa.Array, order: NDArray[np.int64]) -> Ragged:
     return Ragged(torch.from_numpy(out), torch.from_numpy(out_offsets))
 
 
+def single_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The column as one array: its only chunk as is (`combine_chunks` copies even one)."""
+    if not isinstance(column, pa.ChunkedArray):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
     """Columns of `table` reordered by `order`, in the forms of the table above.
 
@@ -147,7 +154,7 @@ def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
     """
     batch: dict[str, Any] = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
-        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        arr = single_array(column)
         kind = arr.type
         values = column_to_numpy(arr)
         if values is not None or _ragged_type(kind):

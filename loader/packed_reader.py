@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from torch.utils.data import get_worker_info
 
 from loader.clumps import Docs, UnitCache, Units, gather, read_units, split_units
-from loader.convert import ragged_parts
+from loader.convert import ragged_parts, single_array
 from loader.kernels.ragged import PackedArrays, _pack_blocks
 from loader.packing import EpochBlocks, PackedTokens
 from loader.plan import PlanSpec
@@ -161,9 +161,7 @@ class PackedReader(BatchReader):
     def _column(self, rows: NDArray[np.int64], sub_reads: int) -> pa.Array:
         """The token column at ascending table rows, read in up to `sub_reads` parts."""
         table, _ = self.read(rows, sub_reads)  # ascending already: the order is kept
-        column = table.column(self.packing.spec.column)
-        # one chunk (one sub-read) is read as is: combine_chunks would copy it
-        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        return single_array(table.column(self.packing.spec.column))
 
     def _documents(self, positions: NDArray[np.int64], sub_reads: int) -> Docs:
         """Exactly the documents at ascending plan positions: one sorted take."""
