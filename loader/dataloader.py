@@ -12,7 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -64,7 +64,7 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
-class _BatchReads(Dataset[list[Any]]):
+class _BatchReads(Dataset[Sequence[Any]]):
     """What torch (and its workers) index with tasks: the dataset's own reader, always the
     one it currently pins, plus the loader's batch_transform."""
 
@@ -78,7 +78,7 @@ class _BatchReads(Dataset[list[Any]]):
         self.batch_transform = batch_transform
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
+    def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
         if self.batch_transform is None:
             return batches

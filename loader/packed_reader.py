@@ -18,7 +18,6 @@ A batch is a dict of (B, seq_len) int64 tensors and one int32 vector:
 
 from __future__ import annotations
 
-import itertools
 import os
 from typing import Any
 
@@ -33,7 +32,7 @@ from loader.convert import ragged_parts, single_array
 from loader.kernels.ragged import PackedArrays, _pack_blocks
 from loader.packing import EpochBlocks, PackedTokens
 from loader.plan import PlanSpec
-from loader.reader import BatchReader
+from loader.reader import BatchReader, SlicedRead
 from loader.sources import ResolvedSource
 from loader.sources.storage import is_object_store
 from loader.stream import BatchTask, task_order_indices
@@ -83,17 +82,18 @@ def cu_seqlens(
     return out
 
 
-Fields = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
+PackedWhole = tuple[tuple[torch.Tensor, ...], NDArray[np.int64], NDArray[np.int64], int]
 
 
-def packed_batch(fields: Fields, cu: NDArray[np.int32]) -> dict[str, torch.Tensor]:
-    ids, labels, positions, documents = fields
+def cut_blocks(whole: PackedWhole, a: int, b: int) -> dict[str, torch.Tensor]:
+    """Blocks [a, b) of a read: views of its four fields, and their `cu_seqlens`."""
+    (ids, labels, positions, documents), piece_starts, block_pieces, seq_len = whole
     return {
-        "input_ids": torch.from_numpy(ids),
-        "labels": torch.from_numpy(labels),
-        "position_ids": torch.from_numpy(positions),
-        "document_ids": torch.from_numpy(documents),
-        "cu_seqlens": torch.from_numpy(cu),
+        "input_ids": ids[a:b],
+        "labels": labels[a:b],
+        "position_ids": positions[a:b],
+        "document_ids": documents[a:b],
+        "cu_seqlens": torch.from_numpy(cu_seqlens(piece_starts, block_pieces, a, b, seq_len)),
     }
 
 
@@ -204,16 +204,9 @@ class PackedReader(BatchReader):
         loaded = dict(zip(wanted, self._cache.get(wanted, read, capacity), strict=True))
         return gather(units, positions, loaded)
 
-    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> SlicedRead:
         """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
         *fields, piece_starts, block_pieces = self.blocks(task, sub_reads)
-        bounds = np.cumsum((0, *task.sizes)).tolist()
-        seq_len = self.packing.spec.seq_len
-        batches = [
-            packed_batch(
-                (fields[0][a:b], fields[1][a:b], fields[2][a:b], fields[3][a:b]),
-                cu_seqlens(piece_starts, block_pieces, a, b, seq_len),
-            )
-            for a, b in itertools.pairwise(bounds)
-        ]
-        return batches
+        tensors = tuple(torch.from_numpy(field) for field in fields)
+        whole = (tensors, piece_starts, block_pieces, self.packing.spec.seq_len)
+        return SlicedRead(whole, np.cumsum((0, *task.sizes)).tolist(), cut_blocks)
