@@ -62,3 +62,15 @@ def test_a_read_is_a_sequence_of_its_batches() -> None:
     assert torch.cat([b["id"] for b in read]).tolist() == read.whole["id"].tolist()
     with pytest.raises(IndexError, match="batch 4 of a read of 4"):
         read[4]
+
+
+def test_the_fixed_width_columns_of_a_read_share_one_storage() -> None:
+    """One storage a read: a worker hands it over with one descriptor round trip, not one
+    a column. The columns stay writable tensors of their own dtype and values."""
+    read = a_read(4)
+    ids, x = read.whole["id"], read.whole["x"]
+    assert ids.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert (ids.dtype, x.dtype) == (torch.int64, torch.float32)
+    assert x.tolist() == ids.to(torch.float32).tolist()  # x == id in a_read's table
+    x[0] = -1.0  # writable, and only x changes
+    assert ids[0].item() != -1
