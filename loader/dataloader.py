@@ -59,6 +59,12 @@ def _pinned(batch: Any) -> Any:
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
+def _pinned_read(read: Sequence[Any]) -> Sequence[Any]:
+    """A read in pinned memory: its whole columns once (a SlicedRead), else batch by batch."""
+    pin = getattr(read, "pin_memory", None)
+    return pin() if pin is not None else [_pinned(batch) for batch in read]
+
+
 def _as_is(batch: Any) -> Any:
     """Batches arrive collated from the reader; torch must not collate them again."""
     return batch
@@ -266,7 +272,7 @@ class StreamingDataLoader(DataLoader[Any]):
             tasks = stream.tasks(self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
-                reads = ([_pinned(batch) for batch in read] for read in reads)
+                reads = (_pinned_read(read) for read in reads)
         return (batch for read in reads for batch in read)
 
     def _from_workers(self) -> Iterator[Any]:
