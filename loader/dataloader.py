@@ -267,7 +267,7 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.num_workers > 0:
             return self._from_workers()
         if self.reads_in_flight < 1:
-            reads: Iterator[list[Any]] = super().__iter__()
+            reads: Iterator[Sequence[Any]] = super().__iter__()
         else:
             tasks = stream.tasks(self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
