@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,12 +54,19 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-seconds", type=float, default=4.0)
     ap.add_argument("--base", help="a directory holding the loader package to compare with")
+    ap.add_argument("--replay", help="a log of this script: print its table, measure nothing")
     args = ap.parse_args()
-    names = ["ours", "lance_torch"] + ([BASE] if args.base else [])
-    matrix = [(n, w, ws) for n in names for w in (0, 2) for ws in (1, 2)]
-    matrix += [("raw_take_reads", 0, ws) for ws in (1, 2)]
+    matrix = [(n, w, ws) for n in ("ours", "lance_torch") for w in (0, 2) for ws in (1, 2)]
+    # raw reads and the old checkout without workers (its forkserver workers would import
+    # this checkout's loader: the run's PYTHONPATH does not reach them)
+    matrix += [(n, 0, ws) for n in ["raw_take_reads"] + [BASE] * bool(args.base) for ws in (1, 2)]
     rates: dict[tuple[str, int, int], list[float]] = {}
-    for rep in range(args.reps):
+    if args.replay:  # the table again from a run's printed measurements
+        for line in Path(args.replay).read_text().splitlines():
+            if m := re.fullmatch(r"  (\w+) +w=(\d) W=(\d) +([\d,]+) rows/s", line):
+                key = (m[1], int(m[2]), int(m[3]))
+                rates.setdefault(key, []).append(float(m[4].replace(",", "")))
+    for rep in range(0 if args.replay else args.reps):
         for name, w, ws in random.Random(210 + rep).sample(matrix, len(matrix)):
             rates.setdefault((name, w, ws), []).append(
                 launch(name, w, ws, args.max_seconds, args.base)
@@ -77,9 +86,8 @@ def main() -> None:
         ("ours with w = 2 ÷ ours with w = 0", lambda w, ws: ratio(("ours", 2, ws), ("ours", 0, ws)) if w == 2 else "–", "info"),
     ]  # fmt: skip
     if args.base:
-        rows.append(
-            ("ours now ÷ ours before", lambda w, ws: ratio(("ours", w, ws), (BASE, w, ws)), "info")
-        )
+        before = lambda w, ws: ratio(("ours", w, ws), (BASE, w, ws)) if w == 0 else "–"  # noqa: E731
+        rows.append(("ours now ÷ ours before (w = 0)", before, "info"))
     for title, cell, target in rows:
         lines.append(
             f"| {title} | " + " | ".join(cell(w, ws) for w, ws in cells) + f" | {target} |"
