@@ -58,12 +58,22 @@ def assert_same(left: list[dict[str, torch.Tensor]], right: list[dict[str, torch
     seq_len=st.integers(1, 12),
     read_size=st.sampled_from([2, 4, 8]),
     shuffle=st.booleans(),
+    padded=st.integers(0, 3),
 )
 def test_whole_unit_reads_give_the_same_batches(
-    lengths: list[int], clump: int, splits: int, seq_len: int, read_size: int, shuffle: bool
+    lengths: list[int],
+    clump: int,
+    splits: int,
+    seq_len: int,
+    read_size: int,
+    shuffle: bool,
+    padded: int,
 ) -> None:
     kw = {"num_splits": splits, "pack_sequences": seq_len, "shuffle_clump_size": clump}
     kw |= {"shuffle": shuffle, "shuffle_seed": 5}
+    if padded:  # blocks past a split's end: padding, and documents of none
+        blocks = splits * (-(-(sum(lengths) + len(lengths)) // (seq_len * splits)) + padded)
+        kw |= {"blocks_per_epoch": blocks, "pad_id": -2}
     table = token_table(lengths)
     exact, none = packed_batches(table, False, read_size, **kw)
     whole, _ = packed_batches(table, True, read_size, **kw)
