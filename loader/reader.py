@@ -47,9 +47,10 @@ def _pinned_parts(whole: Any) -> Any:
 class SlicedRead(Sequence[Any]):
     """A read's batches, cut from its whole columns when asked (`cut(whole, a, b)`).
 
-    A worker pickles the read's few whole tensors, not a tensor per column and batch (the
-    hand-off costs per tensor: ~13 us of the main process each), and pinning pins each
-    column once. Indexing and iterating give the batch dicts, as a list of them would.
+    A worker pickles the read's whole columns, not a tensor per column and batch (with
+    `table_to_batch`'s one storage, one file-descriptor round trip a read: see
+    benchmarks/handoff.py), and pinning pins each column once. Indexing and iterating give
+    the batch dicts, as a list of them would.
     """
 
     def __init__(self, whole: Any, bounds: list[int], cut: Callable[[Any, int, int], Any]) -> None:
@@ -72,7 +73,7 @@ class SlicedRead(Sequence[Any]):
 
 
 class BatchReader(Dataset[Sequence[Any]]):
-    """Map-style dataset whose keys are `BatchTask`s and whose items are lists of batches."""
+    """Map-style dataset whose keys are `BatchTask`s and whose items are a read's batches."""
 
     def __init__(
         self,
