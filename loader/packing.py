@@ -38,7 +38,7 @@ READ_ROWS = 8192  # the loader's default read size, in rows
 READ_TOKENS = 1 << 18  # ... and with packing, in tokens (bigger reads measured slower)
 TOKEN_MAX = 2**63 - 1  # the largest id an int64 tensor holds
 # shuffle_clump_size when packing and the user gives none: documents of a clump are read as
-# one run (1.7x the tokens/s of single documents, docs/packing.md) and a clump of ~0.5M
+# one run (1.5-1.6x the tokens/s of single documents, docs/packing.md) and a clump of ~0.5M
 # tokens is still finer than the chunk LitData shuffles (its blocks move within ~2-16M).
 PACKED_CLUMP = 256
 
