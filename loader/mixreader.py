@@ -3,7 +3,6 @@ reader, then each batch joined in layout order with the `source` of every row (o
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from numpy.typing import NDArray
 
 from loader.convert import Ragged, column_to_numpy, table_to_batch
 from loader.mixstream import MixTask
-from loader.reader import BatchReader
+from loader.reader import BatchReader, SlicedRead, cut_columns
 
 SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
 
@@ -26,7 +25,7 @@ class MixReader:
     def __init__(self, readers: Sequence[Any]) -> None:
         self.readers = tuple(readers)
 
-    def batches(self, task: MixTask, sub_reads: int = 1) -> list[Any]:
+    def batches(self, task: MixTask, sub_reads: int = 1) -> Sequence[Any]:
         rows = all(
             type(self.readers[k]) is BatchReader and not self.readers[k].transform
             for k, _ in task.groups
@@ -53,16 +52,16 @@ class MixReader:
             out.append(join_batches(pieces, sources, counts))
         return out
 
-    def __getitem__(self, task: MixTask) -> list[Any]:
+    def __getitem__(self, task: MixTask) -> Sequence[Any]:
         return self.batches(task)
 
 
-def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> list[dict[str, Any]]:
-    bounds = np.cumsum((0, *sizes)).tolist()
-    return [{k: v[a:b] for k, v in whole.items()} for a, b in itertools.pairwise(bounds)]
+def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> SlicedRead:
+    """A read's batches as views of its whole columns (what a worker hands on whole)."""
+    return SlicedRead(whole, np.cumsum((0, *sizes)).tolist(), cut_columns)
 
 
-def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> list[Any] | None:
+def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> SlicedRead | None:
     """The task's batches as slices of one tensor per column, each group's rows taken from
     its read straight into their places (one copy, as a single dataset's read); None when a
     column is not numeric, has nulls, or differs in type between datasets (then the

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -32,8 +32,49 @@ OnError = Literal["raise", "skip", "warn"]
 ON_ERROR: tuple[str, ...] = ("raise", "skip", "warn")
 
 
-class BatchReader(Dataset[list[Any]]):
-    """Map-style dataset whose keys are `BatchTask`s and whose items are lists of batches."""
+def cut_columns(whole: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Rows [a, b) of every column of a read (views)."""
+    return {k: v[a:b] for k, v in whole.items()}
+
+
+def _pinned_parts(whole: Any) -> Any:
+    if isinstance(whole, dict):
+        return {k: _pinned_parts(v) for k, v in whole.items()}
+    if isinstance(whole, tuple):
+        return tuple(_pinned_parts(v) for v in whole)
+    return whole.pin_memory() if hasattr(whole, "pin_memory") else whole
+
+
+class SlicedRead(Sequence[Any]):
+    """A read's batches, cut from its whole columns when asked (`cut(whole, a, b)`).
+
+    A worker pickles the read's whole columns, not a tensor per column and batch (with
+    `table_to_batch`'s one storage, one file-descriptor round trip a read: see
+    benchmarks/handoff.py), and pinning pins each column once. Indexing and iterating give
+    the batch dicts, as a list of them would.
+    """
+
+    def __init__(self, whole: Any, bounds: list[int], cut: Callable[[Any, int, int], Any]) -> None:
+        self.whole, self.bounds, self.cut = whole, bounds, cut
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"batch {index} of a read of {len(self)}")
+        index %= len(self)
+        return self.cut(self.whole, self.bounds[index], self.bounds[index + 1])
+
+    def pin_memory(self) -> SlicedRead:
+        """The same read with its columns in pinned memory (torch's pin_memory calls it)."""
+        return SlicedRead(_pinned_parts(self.whole), self.bounds, self.cut)
+
+
+class BatchReader(Dataset[Sequence[Any]]):
+    """Map-style dataset whose keys are `BatchTask`s and whose items are a read's batches."""
 
     def __init__(
         self,
@@ -126,20 +167,17 @@ class BatchReader(Dataset[list[Any]]):
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
+    def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
 
-    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> Sequence[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
         table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:
-            batches = [self._rows_through_transform(table, restore[a:b]) for a, b in spans]
-        else:
-            whole = table_to_batch(table, restore)
-            batches = [{k: v[a:b] for k, v in whole.items()} for a, b in spans]
-        return batches
+            return [self._rows_through_transform(table, restore[a:b]) for a, b in spans]
+        return SlicedRead(table_to_batch(table, restore), bounds, cut_columns)
 
     def transformed(
         self, rows: list[dict[str, Any]], on_each: Callable[[], None] | None = None

@@ -100,12 +100,13 @@ def compare_plan(
     `num_rows=False` lets N change (allow_source_change); `drop_last=False` leaves it out
     (a dataset iterated without a loader has none).
     """
-    fields = [PLAN_NUM_SPLITS, PLAN_SHUFFLE, PLAN_SHUFFLE_SEED, PLAN_CLUMP, PLAN_FILTER]
+    # packing first: a row state differs from a packed one in its clump default too
+    fields = [*PACK_FIELDS, PLAN_NUM_SPLITS, PLAN_SHUFFLE, PLAN_SHUFFLE_SEED, PLAN_CLUMP]
+    fields.append(PLAN_FILTER)
     if num_rows:
         fields.append(PLAN_NUM_ROWS)
     if drop_last:
         fields.append(PLAN_DROP_LAST)
-    fields.extend(PACK_FIELDS)
     check_plan(state, current.as_dict(), tuple(fields))
 
 
