@@ -11,8 +11,9 @@ sender backs off, and the job never waits: that is worth more than a complete re
 Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models.py`):
 `POST {url}/api/events` with
 `{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
-(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
-`kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
+(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size,
+global_batch_size), `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) the rank reads from,
+shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (of those splits),
 `tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
 says tokens per block),
@@ -73,6 +74,7 @@ STATIC_KEYS = (
     "num_splits",
     "rows_per_split",
     "batch_size",
+    "global_batch_size",
     "total_epochs",
     "total_steps",
     "seq_len",

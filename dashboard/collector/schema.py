@@ -47,6 +47,9 @@ ADDED_COLUMNS = (
     ("ranks", "blocks_per_split", "INTEGER"),
     ("samples", "tokens", "INTEGER"),
     ("rollup", "tokens", "INTEGER"),
+    # the global batch G the rank reads with: with the split count, who reads which part of
+    # a split that ranks share (loader.layout); NULL from clients older than it
+    ("ranks", "global_batch_size", "INTEGER"),
 )
 
 

@@ -57,15 +57,18 @@ WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
-  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split,
+  global_batch_size)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
   hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
   rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
   interval_s = excluded.interval_s, tokens = excluded.tokens,
-  blocks_per_split = excluded.blocks_per_split WHERE excluded.ts >= ranks.ts
+  blocks_per_split = excluded.blocks_per_split,
+  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
+  WHERE excluded.ts >= ranks.ts
 """
 INSERT_SAMPLE = """
 INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
@@ -170,7 +173,7 @@ class Store:
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
-            ranks.append((*where, *position, e.interval_s or None, *packed))
+            ranks.append((*where, *position, e.interval_s or None, *packed, e.global_batch_size))
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))

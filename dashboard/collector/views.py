@@ -15,9 +15,9 @@ import numpy as np
 
 from dashboard.collector.status import public, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import RankRate, owners, stragglers
+from dashboard.placement import RankRate, layout_of, rank_shares, stragglers
 from loader import wire
-from loader.layout import supported_world_sizes
+from loader.layout import fit_reason, supported_world_sizes, uses_steps
 
 MAX_POINTS = 2000
 STRAGGLER_WINDOW_S = 30.0
@@ -54,11 +54,13 @@ def _layout(
         r["gpu"] = gpu[r["rank"]]
         r["state"] = known["state"] if known else "previous world"
         r["silent_s"] = known["silent_s"] if known else None
-    return {
-        "world_size": world_size,
-        "owner": owners(world_size, run["num_splits"]),
-        "ranks": ranks,
-    }
+    grid = layout_of(world_size, run["num_splits"], global_batch(ranks))
+    return {"world_size": world_size, **grid, "ranks": ranks}
+
+
+def global_batch(ranks: list[dict[str, Any]]) -> int | None:
+    """The world's global batch G, as its ranks reported it (None from older clients)."""
+    return max((r["global_batch_size"] for r in ranks if r.get("global_batch_size")), default=None)
 
 
 def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
@@ -66,11 +68,13 @@ def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     prev = run["prev_world_size"]
     ranks = store.ranks(run["run_id"], run["world_size"])
     status = run_status(store, run, ranks)
+    num_splits, batch = run["num_splits"], global_batch(ranks)
     return {
         "run_id": run["run_id"],
-        "num_splits": run["num_splits"],
+        "num_splits": num_splits,
         "rows_per_split": run["rows_per_split"],
-        "supported_world_sizes": supported_world_sizes(run["num_splits"]),
+        "supported_world_sizes": supported_world_sizes(num_splits),
+        "any_world_size_up_to": batch if uses_steps(num_splits, batch) else None,
         "status": public(status),
         "current": _layout(run, run["world_size"], ranks, status),
         "previous": (
@@ -79,18 +83,35 @@ def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rank_progress(r: dict[str, Any], per_split: int, state: str) -> dict[str, Any]:
-    """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks."""
+def _rank_progress(
+    r: dict[str, Any], num_splits: int, per_split: int, state: str
+) -> dict[str, Any]:
+    """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks.
+    Of a split it shares with others the rank counts its part (`rank_shares`), so the bars
+    add up to the cursors' total."""
     per_split = r.get("blocks_per_split") or per_split
     lo, hi = (r["splits"] or [0, 0])[:2]
     own = r["cursors"] or []
-    done = sum(own) if len(own) == hi - lo else 0
-    total = (hi - lo) * per_split
+    shares = _shares(r, num_splits, hi - lo)
+    done = (
+        sum(c * n // of for c, (n, of) in zip(own, shares, strict=False))
+        if len(own) == hi - lo
+        else 0
+    )
+    total = sum(per_split * n // of for n, of in shares)
     out = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
     out.update(global_step=r.get("global_step"), state=state, rows_per_s=r["rows_per_s"])
     out.update(rows_done=done, rows_total=total, pct=100.0 * done / total if total else 0.0)
     out["tokens"] = r.get("tokens")
     return out
+
+
+def _shares(r: dict[str, Any], num_splits: int, count: int) -> list[tuple[int, int]]:
+    """The rank's part of each of its `count` splits (whole where its layout is unknown)."""
+    world, batch = r["world_size"], r.get("global_batch_size")
+    if fit_reason(num_splits, world, batch):
+        return [(1, 1)] * count
+    return rank_shares(r["rank"], world, num_splits, batch)
 
 
 def _units(run: dict[str, Any], ranks: list[dict[str, Any]]) -> tuple[str, int]:
@@ -134,8 +155,11 @@ def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     for r in ranks:
         lo, hi = (r["splits"] or [0, 0])[:2]
         if r["cursors"] is not None and len(r["cursors"]) == hi - lo:
-            cursors[lo:hi] = r["cursors"]
-        bars.append(_rank_progress(r, per_split, state_of[r["rank"]]))
+            # Ranks sharing a split report the same global cursor: the latest is the largest.
+            cursors[lo:hi] = [
+                max(c, o or 0) for c, o in zip(r["cursors"], cursors[lo:hi], strict=True)
+            ]
+        bars.append(_rank_progress(r, num_splits, per_split, state_of[r["rank"]]))
     rows_done = sum(b["rows_done"] for b in bars)
     owned = sum(b["rows_total"] for b in bars)
     rate = sum(b["rows_per_s"] for b in bars if b["state"] == "running")
@@ -150,7 +174,7 @@ def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
         "unit": unit,
         "rows_per_split": per_split,
         "cursors": cursors,
-        "owner": owners(run["world_size"], num_splits),
+        "owner": layout_of(run["world_size"], num_splits, global_batch(ranks))["owner"],
         "rows_done": rows_done,
         "rows_total": rows_total,
         "epoch_pct": 100.0 * rows_done / owned if owned else 0.0,

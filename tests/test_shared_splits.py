@@ -1,0 +1,190 @@
+"""The dashboard for a world size that does not divide S: W = 3 ranks over S = 8 splits with
+G = 240, where ranks 0 and 1 share split 2 and ranks 1 and 2 share split 5 (issue 18).
+
+Real loaders report to a real collector; its placement says who reads which part of a
+shared split, its progress counts every row once, and the event check follows
+`loader.layout` (any W <= G when G is a multiple of S; W | S for clients that send no G).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from dashboard import charts
+from dashboard.collector.config import Settings
+from dashboard.collector.main import create_app
+from dashboard.launch import DashboardHandle, start_dashboard
+from dashboard.placement import layout_of, owners, rank_shares
+from dashboard.synthetic import SyntheticRun, synthetic_events
+from loader import StreamingDataLoader, StreamingDataset
+from loader.layout import owned_splits
+from tests.tables import lancedb_table
+
+W, S, G, L = 3, 8, 240, 300  # G/S = 30 rows of every split in a global step
+STEPS = 3
+LOCAL = "http://127.0.0.1"
+JSON = {"Content-Type": "application/json"}
+# Ranks take positions [80r, 80(r+1)) of each step's 240 (split-major, 30 a split).
+SHARED = [
+    {
+        "split": 2,
+        "parts": [{"rank": 0, "start": 0, "stop": 20}, {"rank": 1, "start": 20, "stop": 30}],
+    },
+    {
+        "split": 5,
+        "parts": [{"rank": 1, "start": 0, "stop": 10}, {"rank": 2, "start": 10, "stop": 30}],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
+    db = tmp_path_factory.mktemp("shared") / "c.db"
+    with start_dashboard(port=0, db=str(db), ui=False) as handle:
+        yield handle
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
+        yield c
+
+
+def _get(handle: DashboardHandle, path: str) -> Any:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(handle.api_url + path, timeout=10) as resp:
+        return orjson.loads(resp.read())
+
+
+def test_the_grid_follows_the_layout() -> None:
+    grid = layout_of(W, S, G)
+    assert grid["owner"] == [0, 0, 0, 1, 1, 1, 2, 2] == owners(W, S, G)
+    assert grid["shared"] == SHARED and grid["rows_per_step"] == 30
+    assert rank_shares(1, W, S, G) == [(10, 30), (30, 30), (30, 30), (10, 30)]
+    assert layout_of(4, S, G)["shared"] == [] and owners(4, S) == [0, 0, 1, 1, 2, 2, 3, 3]
+    more_ranks_than_splits = layout_of(16, S, 16)["shared"]  # one row of each split per rank
+    assert [[p["rank"] for p in s["parts"]] for s in more_ranks_than_splits] == [
+        [2 * s, 2 * s + 1] for s in range(S)
+    ]
+    with pytest.raises(ValueError, match="a global batch that is a multiple of num_splits"):
+        owners(W, S)  # no G: W must divide S
+    # A shared split is drawn as one cell per rank, as wide as its part.
+    frame = charts.piece_frame(grid | {"world_size": W, "ranks": []})
+    two = frame[frame["split"] == 2].sort_values("x")
+    assert two["rank"].tolist() == [0, 1] and two["part"].tolist() == [
+        "rows 0–19 of 30 a step",
+        "rows 20–29 of 30 a step",
+    ]
+    assert two["x2"].tolist() == pytest.approx([2 + 20 / 30, 3])
+    charts.placement_grid(grid | {"world_size": W, "ranks": []}, S, "now").to_dict()
+
+
+def test_three_real_loaders_over_eight_splits_on_the_dashboard(
+    collector: DashboardHandle, tmp_path: Path
+) -> None:
+    table = lancedb_table(tmp_path, rows=S * L)
+    ids: list[int] = []
+    loaders = []
+    for rank in range(W):
+        ds = StreamingDataset(table, columns=["id"], num_splits=S, rank=rank, world_size=W)
+        dl = StreamingDataLoader(ds, global_batch_size=G, telemetry=collector.api_url, run_id="odd")
+        it = iter(dl)
+        ids += [i for _ in range(STEPS) for i in next(it)["id"].tolist()]
+        loaders.append(dl)
+    for dl in loaders:
+        dl.close()  # the final report: each rank's position after its third step
+        assert dl._telemetry.dropped == 0  # type: ignore[union-attr]
+    assert len(ids) == len(set(ids)) == STEPS * G
+
+    placement = _get(collector, "/api/runs/odd/placement")
+    current = placement["current"]
+    assert current["shared"] == SHARED and current["rows_per_step"] == 30
+    assert current["global_batch_size"] == G and placement["any_world_size_up_to"] == G
+    assert current["owner"] == [0, 0, 0, 1, 1, 1, 2, 2]
+    ranks = current["ranks"]
+    assert [r["splits"] for r in ranks] == [[0, 3], [2, 6], [5, 8]]
+    assert all(r["cursors"] == [STEPS * G // S] * len(range(*r["splits"])) for r in ranks)
+
+    progress = _get(collector, "/api/runs/odd/progress")
+    assert progress["cursors"] == [STEPS * G // S] * S
+    # Every row once: each rank counts its part of a shared split, not the whole split.
+    assert [b["rows_done"] for b in progress["ranks"]] == [STEPS * G // W] * W
+    assert progress["rows_done"] == STEPS * G
+    assert progress["epoch_pct"] == pytest.approx(100 * STEPS * G / (S * L))
+
+
+def test_a_synthetic_odd_world_is_drawn_with_its_shared_splits(client: TestClient) -> None:
+    run = SyntheticRun("syn", W, S, 3000, 5, time.time() - 10, global_batch_size=G)
+    response = client.post(
+        "/api/events", content=orjson.dumps({"events": list(synthetic_events(run))}), headers=JSON
+    )
+    assert response.status_code == 202, response.text
+    placement = client.get("/api/runs/syn/placement").json()
+    assert placement["current"]["shared"] == SHARED
+    progress = client.get("/api/runs/syn/progress").json()
+    assert sum(b["rows_done"] for b in progress["ranks"]) == sum(progress["cursors"])
+
+
+def _event(**fields: Any) -> dict[str, Any]:
+    """A progress event of rank 1 (or `rank`) with the splits and cursors of its layout."""
+    event = {"run_id": "e", "kind": "progress", "ts": time.time(), "rank": 1, "world_size": W}
+    event |= {"num_splits": S, "global_batch_size": G, "rows_per_split": L} | fields
+    if "splits" in fields:
+        return event
+    owned = owned_splits(event["rank"], event["world_size"], S, event["global_batch_size"])
+    return {"splits": [owned.start, owned.stop], "cursors": [0] * len(owned)} | event
+
+
+GOOD = {
+    "rank 1 of 3 with both shared splits": _event(),
+    "rank 0 of 3": _event(rank=0, splits=[0, 3], cursors=[0, 0, 0]),
+    "W > S, G a multiple of S": _event(
+        world_size=16, rank=5, global_batch_size=16, splits=[2, 3], cursors=[0]
+    ),
+    "an old client, W divides S": _event(
+        world_size=4, global_batch_size=None, splits=[2, 4], cursors=[0, 0]
+    ),
+}
+BAD = {
+    "an old client, W does not divide S": (
+        _event(global_batch_size=None, splits=None, cursors=None),
+        "not divisible",
+    ),
+    "splits without the shared one": (
+        _event(splits=[3, 5], cursors=[0, 0]),
+        "are not rank 1's [2, 6]",
+    ),
+    "a cursor short": (_event(cursors=[0, 0, 0]), "cursors has 3 entries; rank 1 reads 4"),
+    "G not a multiple of S nor of W": (
+        _event(global_batch_size=250, splits=None, cursors=None),
+        "not divisible",
+    ),
+    "W > G": (
+        _event(world_size=300, global_batch_size=240, splits=None, cursors=None),
+        "more than the global batch",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_any_world_size_that_fits_g_is_accepted(client: TestClient, name: str) -> None:
+    response = client.post(
+        "/api/events", content=orjson.dumps({"events": [GOOD[name]]}), headers=JSON
+    )
+    assert response.status_code == 202, response.text
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_what_no_loader_sends_is_still_422(client: TestClient, name: str) -> None:
+    event, why = BAD[name]
+    response = client.post("/api/events", content=orjson.dumps({"events": [event]}), headers=JSON)
+    assert response.status_code == 422 and why in response.text, response.text
