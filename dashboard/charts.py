@@ -134,7 +134,9 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
                 x=alt.X("label_x:Q", scale=x_scale, axis=None), y=centre, text="label:N"
             )
         )
-    size = {"width": cols * cell, "height": rows * cell}
+    # Plot area of cols x rows cells; "pad": legend and title go around it (Streamlit's
+    # default "fit" would squeeze them into these pixels and the grid to a strip).
+    size = {"width": cols * cell, "height": rows * cell, "autosize": {"type": "pad"}}
     return alt.LayerChart(layer=layers, title=title).properties(**size)
 
 

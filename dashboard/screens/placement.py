@@ -19,7 +19,7 @@ def shared_table(layout: dict[str, Any]) -> pd.DataFrame:
     per = layout["rows_per_step"]
     rows = [
         {
-            "split": s["split"],
+            "split": f"split {s['split']:,}",
             "read by": " · ".join(
                 f"rank {p['rank']}: rows {p['start']}–{p['stop'] - 1}" for p in s["parts"]
             ),
