@@ -9,6 +9,7 @@ shared split, its progress counts every row once, and the event check follows
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,6 @@ SHARED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
-    db = tmp_path_factory.mktemp("shared") / "c.db"
-    with start_dashboard(port=0, db=str(db), ui=False) as handle:
-        yield handle
-
-
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
@@ -58,8 +52,6 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _get(handle: DashboardHandle, path: str) -> Any:
-    import urllib.request
-
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(handle.api_url + path, timeout=10) as resp:
         return orjson.loads(resp.read())
@@ -88,9 +80,12 @@ def test_the_grid_follows_the_layout() -> None:
     charts.placement_grid(grid | {"world_size": W, "ranks": []}, S, "now").to_dict()
 
 
-def test_three_real_loaders_over_eight_splits_on_the_dashboard(
-    collector: DashboardHandle, tmp_path: Path
-) -> None:
+def test_three_real_loaders_over_eight_splits_on_the_dashboard(tmp_path: Path) -> None:
+    with start_dashboard(port=0, db=str(tmp_path / "c.db"), ui=False) as collector:
+        _three_loaders_report(collector, tmp_path)
+
+
+def _three_loaders_report(collector: DashboardHandle, tmp_path: Path) -> None:
     table = lancedb_table(tmp_path, rows=S * L)
     ids: list[int] = []
     loaders = []
