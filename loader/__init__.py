@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.plan import PlanSpec
+    from loader.rows import RunPosition, StepRows, rows_at_step
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.watchdog import DataWaitTimeout
 
@@ -23,11 +24,14 @@ _EXPORTS = {
     "DataWaitTimeout": "loader.watchdog",
     "PinnedVersionGoneError": "loader.sources.base",
     "PlanSpec": "loader.plan",
+    "RunPosition": "loader.rows",
+    "StepRows": "loader.rows",
     "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
     "owned_splits": "loader.layout",
+    "rows_at_step": "loader.rows",
     "supported_world_sizes": "loader.layout",
 }
 
@@ -35,12 +39,15 @@ __all__ = [
     "DataWaitTimeout",
     "PinnedVersionGoneError",
     "PlanSpec",
+    "RunPosition",
     "SourceUnreachableError",
+    "StepRows",
     "StreamingDataLoader",
     "StreamingDataset",
     "check_world_size",
     "checkpoint",
     "owned_splits",
+    "rows_at_step",
     "supported_world_sizes",
 ]
 __version__ = "0.1.0"
