@@ -114,6 +114,7 @@ class StepRows:
     ranks: NDArray[np.int64]
     table_positions: NDArray[np.int64] | None = None
     ids: list[Any] | None = None
+    id_column: str | None = None
 
 
 def rows_at_step(
@@ -198,7 +199,9 @@ def _from_source(
         for value, at in zip(got, ascending.tolist(), strict=True):
             ids[at] = value
     mapped = table if resolved.rows is not None else None  # else the same as `positions`
-    return StepRows(**{**found.__dict__, "table_positions": mapped, "ids": ids})
+    return StepRows(
+        **{**found.__dict__, "table_positions": mapped, "ids": ids, "id_column": id_column}
+    )
 
 
 def _locate(run: RunPosition, step: int) -> tuple[int, tuple[int, ...], int, int]:
@@ -268,13 +271,13 @@ def load_position(
 
 def format_rows(found: StepRows, as_json: bool = False) -> str:
     """`elastic-loader rows`'s output: a `#` header line, then one tab-separated line a row
-    (rank, position[, table position][, id]); or one JSON object."""
+    (rank, position[, table_position][, the id column]); or one JSON object."""
     columns: dict[str, list[Any]] = {"rank": found.ranks.tolist()}
     columns["position"] = found.positions.tolist()
     if found.table_positions is not None:
         columns["table_position"] = found.table_positions.tolist()
     if found.ids is not None:
-        columns["id"] = found.ids
+        columns[found.id_column or "id"] = found.ids
     if as_json:
         import json
 

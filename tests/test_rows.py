@@ -138,7 +138,7 @@ def test_the_cli_from_a_checkpoint_and_from_plan_arguments(
     assert cli.main(["rows", str(tmp_path / "ckpt"), "--step", "6", "--id-column", "id"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "# global step 6: epoch 0, step 6 of the epoch; W = 3, G = 240; 240 rows"
-    assert out[1] == "rank\tposition\tid"
+    assert out[1] == "rank\tposition\tid"  # the id column by its name
     assert [int(line.split("\t")[2]) for line in out[2:]] == steps[6]
     assert cli.main(["rows", str(saved), "--step", "12", "--rank", "0", "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
