@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from dashboard.collector.config import ENV_TOKEN as ENV_API_TOKEN
+from dashboard.env import ENV_API
+from dashboard.env import ENV_TOKEN as ENV_API_TOKEN
 
-ENV_API = "ELASTIC_LOADER_DASHBOARD_API"
 __all__ = ["ENV_API", "ENV_API_TOKEN", "CollectorClient", "CollectorError"]
 
 

@@ -257,6 +257,17 @@ def run_dashboard(
     return code
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse names the option in its message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (e.g. 300)")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elastic-loader-dashboard",
@@ -277,6 +288,13 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-days", type=float, default=30.0, help="retention: drop runs silent this long"
     )
+    parser.add_argument(
+        "--stall-after",
+        type=_seconds,
+        default=Settings().stall_after_s,
+        metavar="SECONDS",
+        help="a rank that reports but has not stepped this long reads 'stalled'",
+    )
     return parser
 
 
@@ -295,6 +313,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         allowed_hosts=tuple(h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()),
         keep_runs=args.keep_runs,
         keep_days=args.keep_days,
+        stall_after_s=args.stall_after,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from dashboard.placement import rank_shares
 from loader import wire
 from loader.layout import owned_splits, slice_bounds, uses_steps
 
@@ -86,6 +87,12 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
     """Events of every rank, second by second, in time order."""
     world, splits, batch = run.world_size, run.num_splits, run.global_batch_size
     owned = [owned_splits(r, world, splits, batch) for r in range(world)]
+    # rows a rank reads in an epoch: its part of each split it reads (shared ones in part)
+    length = run.rows_per_split
+    shares = [
+        sum(length * n // of for n, of in rank_shares(r, world, splits, batch))
+        for r in range(world)
+    ]
     done = [float(run.start_rows)] * run.world_size
     for r in range(run.world_size) if run.world_size_before else ():
         yield {
@@ -116,6 +123,14 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                 "interval_s": 1.0,
                 "rows_per_s": rows,
             }
+            share = shares[r]
+            if done[r] >= share > done[r] - rows:  # the rank read its share: its epoch ended
+                yield {
+                    **_static(run, r),
+                    "kind": wire.EPOCH_END,
+                    "ts": ts,
+                    **_position(run, r, done[r]),
+                }
             if run.checkpoint_every and t % run.checkpoint_every == 0:
                 yield {
                     **_static(run, r),

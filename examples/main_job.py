@@ -4,8 +4,10 @@
    NCCL when every rank has a GPU); all replicas, and all three runs, end with the same
    weights, because the loader gives every W the same global batches.
 2. Crash and resume elsewhere: a W = 4 run checkpoints every k steps, one rank SIGKILLs
-   itself mid-epoch, and the job resumes on W = 2 from the last checkpoint. Each row
-   trains the model exactly once per epoch, and the weights match the uninterrupted run.
+   itself mid-epoch, and the job resumes on W = 3 from the last checkpoint: 3 does not
+   divide S = 8, the case every peer refuses (per-rank batches of 85, 85 and 86 rows of
+   G = 256, with the loss weighted by ``dl.loss_scale``). Each row trains the model
+   exactly once per epoch, and the weights match the uninterrupted run.
 3. Speed-up and efficiency for W = 1, 2, 4 at global batch 256 and 2,048.
 
 The data is a synthetic table shaped like UCI HAR (``har_data.py``), made on first use
@@ -263,7 +265,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[JobOptions, TrainConfig, arg
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--crash-at-step", type=int, default=None, help="default: mid-epoch")
     p.add_argument("--crash-rank", type=int, default=1)
-    p.add_argument("--resume-world", type=int, default=2)
+    p.add_argument(
+        "--resume-world", type=int, default=3, help="any W <= G (3 does not divide S = 8)"
+    )
     p.add_argument("--speed-batches", type=_ints, default=(256, 2048))
     p.add_argument("--speed-epochs", type=int, default=4)
     p.add_argument("--work-dir", type=Path, default=REPO / "checkpoints" / "main-job")

@@ -8,11 +8,13 @@ or let it start its own ranks on this machine (``--nproc 4``), as ``main_job.py`
 
 Why the runs at W = 1, 2, 4 end with the same weights:
 
-* the loader gives global batch t the same rows for every W that divides ``num_splits``
-  (each rank takes G / W of them), so only the split of the work changes;
-* each rank takes the mean loss over its G / W rows and DDP averages the gradients over
-  the W ranks: with equal per-rank batches that is the mean over the global batch, the
-  same update as one rank computing it alone. The sums are done in a different order,
+* the loader gives global batch t the same rows for every W (G a multiple of
+  ``num_splits``; rank r takes rows [r·G//W, (r+1)·G//W) of it), so only the split of the
+  work changes, W = 3 or 7 included;
+* each rank sums its loss over its rows and multiplies by ``dl.loss_scale`` (W / rows of
+  the global step), and DDP averages the gradients over the W ranks: that is the mean over
+  the global batch, the same update as one rank computing it alone, even where the
+  per-rank batches differ by a row (G % W != 0). The sums are done in a different order,
   which in float32 leaves differences that grow with training (~7e-5 after 145 steps)
   and in float64 stays at ~1e-16 (``--dtype float64``);
 * the starting weights come from one seed, and DDP broadcasts rank 0's copy anyway.
@@ -246,7 +248,7 @@ def make_loader(cfg: TrainConfig, world_size: int) -> tuple[StreamingDataLoader,
         shuffle=True, shuffle_seed=cfg.shuffle_seed,
     )  # fmt: skip
     dl = StreamingDataLoader(
-        ds, batch_size=cfg.global_batch // world_size, num_workers=cfg.num_workers,
+        ds, global_batch_size=cfg.global_batch, num_workers=cfg.num_workers,
         drop_last=False, run_id=cfg.run_id,
     )  # fmt: skip
     return dl, table.count_rows()
@@ -302,8 +304,12 @@ class RankJob:
             for batch in self.dl:
                 x = batch[FEATURES].to(device=self.device, dtype=dtype)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(self.model(x), batch[LABEL].to(self.device))
-                loss.backward()  # DDP averages the gradients over ranks
+                summed = F.cross_entropy(
+                    self.model(x), batch[LABEL].to(self.device), reduction="sum"
+                )
+                # loss_scale = W / rows of this global step: DDP's average over the W ranks
+                # then makes the gradient the global batch's mean, equal slices or not
+                (summed * self.dl.loss_scale).backward()
                 self.optimizer.step()
                 self.ledger.add(epoch, batch[ROW_ID])
                 self.step += 1

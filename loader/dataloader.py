@@ -12,7 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -20,10 +20,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from loader import args, wire
+from loader import state as st
 from loader.dataset import StreamingDataset
 from loader.layout import check_world_size, owned_splits, slice_bounds
 from loader.mainguard import check_main_guard
-from loader.packing import default_read_size
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
 from loader.stream import BatchTask, RankStream
@@ -31,12 +31,16 @@ from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids,
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
+READ_ROWS = 8192  # units per read by default: rows ...
+READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
 _DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
 _PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
 _IN_ORDER = (
-    "in_order=False hands out batches in the order workers finish them, but the state "
-    "counts batches in stream order, so a checkpoint would lose some rows and repeat others; "
-    "keep in_order=True (the default) and raise num_workers/prefetch_factor for throughput"
+    "in_order=False hands out batches in the order workers finish them, so on several ranks "
+    "global batch t would mix different steps of different ranks (and each rank's state would "
+    "differ); it is supported on one rank (world_size=1), where the state holds the batches "
+    "handed out ahead of the others. On several ranks keep in_order=True (the default) and "
+    "raise num_workers/prefetch_factor for throughput"
 )
 
 
@@ -80,14 +84,31 @@ class _BatchReads(Dataset[list[Any]]):
         self.batch_transform = batch_transform
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
+    def __getitem__(self, task: BatchTask) -> list[tuple[int, Any]]:
+        """The task's batches, each with its index in the stream (so batches that arrive out
+        of order, `in_order=False`, are recorded as what they are)."""
         batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
-        if self.batch_transform is None:
-            return batches
-        return [self.batch_transform(batch) for batch in batches]
+        if self.batch_transform is not None:
+            batches = [self.batch_transform(batch) for batch in batches]
+        return list(enumerate(batches, start=task.index))
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
+
+
+def pending_tasks(stream: RankStream, progress: Progress, per_read: int) -> Iterator[BatchTask]:
+    """The stream's tasks of up to `per_read` batches, leaving out batches already handed
+    out (ahead of the others, with in_order=False)."""
+    index = 0
+    while index < stream.num_batches:
+        if progress.handed_out(index):
+            index += 1
+            continue
+        stop = index + 1
+        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
+            stop += 1
+        yield stream.task(index, stop - index)
+        index = stop
 
 
 class _TaskSampler(Sampler[BatchTask]):
@@ -102,7 +123,7 @@ class _TaskSampler(Sampler[BatchTask]):
 
     def __iter__(self) -> Iterator[BatchTask]:
         assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
-        return self.stream.tasks(self.batches_per_read)
+        return pending_tasks(self.stream, self._progress, self.batches_per_read)
 
     def __len__(self) -> int:
         return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
@@ -147,8 +168,11 @@ class StreamingDataLoader(DataLoader[Any]):
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
-    Refused: `sampler`/`batch_sampler` (the plan decides the rows), `in_order=False` (it
-    would break the state), and a `shuffle` that contradicts the dataset's.
+    `in_order=False` (one rank only) hands out batches as workers finish them; the state
+    then holds the batches handed out ahead of the others, so a resume (same batch size)
+    reads every row once. Refused: `sampler`/`batch_sampler` (the plan decides the rows),
+    `in_order=False` on several ranks (global batch t would mix steps), and a `shuffle`
+    that contradicts the dataset's.
     """
 
     def __init__(
@@ -187,7 +211,7 @@ class StreamingDataLoader(DataLoader[Any]):
             reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
-            read_size = default_read_size(dataset.packing)
+            read_size = _default_read_size(dataset.units.tokens_per_unit)
         read_size = args.integer("read_size", read_size, 1)
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
@@ -218,6 +242,11 @@ class StreamingDataLoader(DataLoader[Any]):
         lo, hi = slice_bounds(ds.rank, ds.world_size, self.global_batch_size)
         return hi - lo
 
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        if value is not None:
+            raise AttributeError("batch_size is fixed at construction")
+
     @property
     def global_batch_size(self) -> int:
         """G: rows of one full step on all ranks."""
@@ -228,11 +257,6 @@ class StreamingDataLoader(DataLoader[Any]):
         """The splits this rank reads from (whole, or in part where a split is shared)."""
         ds = self.streaming_dataset
         return owned_splits(ds.rank, ds.world_size, ds.num_splits, self.global_batch_size)
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        if value is not None:
-            raise AttributeError("batch_size is fixed at construction")
 
     @property
     def drop_last(self) -> bool:
@@ -259,24 +283,59 @@ class StreamingDataLoader(DataLoader[Any]):
         self._check_workers_source()
         if self.num_workers > 0:
             check_main_guard(self._start_method())
-        stream = self.progress.start(self._batching)
-        self._task_sampler.stream = stream
+        epoch = self.progress.position()[0]
+        while True:  # one stream, or more where a range of steps is skipped in the middle
+            self.progress.apply_skips(self._batching)
+            if self.progress.position()[0] != epoch:
+                return  # the skip went past this epoch's end
+            stream = self.progress.start(self._batching)
+            self._task_sampler.stream = stream
+            if not (yield from self._stream_batches(stream)):
+                return
+
+    def _stream_batches(self, stream: RankStream) -> Generator[Any, None, bool]:
+        """Yield `stream`'s batches; True when it stopped early for a range of steps to skip."""
         epoch_steps = 0
         waited = time.perf_counter()
-        for index, batch in enumerate(self._batches(stream)):
+        for index, batch in self._batches(stream):
             if not self.progress.is_current(stream):
-                return  # a state was loaded or another iteration started: this one is over
-            self.progress.record(stream)
+                return False  # a state was loaded or another iteration started: this one is over
+            self.progress.record(stream, index)
             epoch_steps = self.progress.step
             self.loss_scale = stream.world_size / stream.global_rows(index)
             if self._telemetry is not None:
                 now = time.perf_counter()
                 self._telemetry.on_batch(stream.task_rows(index), now - waited)
             yield batch
+            if self.progress.skip_due() and not self.progress.ended:
+                return True
             waited = time.perf_counter()
         if self._telemetry is not None:
             self._telemetry.event(
                 wire.EPOCH_END, epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
+            )
+        return False
+
+    def skip_steps(self, start: int, stop: int) -> None:
+        """Jump past global steps [start, stop) when the run reaches them (Megatron's
+        `--skip-train-iteration-range`): a loss spike's data is not read again at a resume.
+
+        The rows of the skipped steps are counted in the state (`steps_skipped`) and shown on
+        the dashboard's Timeline; every other row still comes once. Global steps count
+        batches since the run began (`global_step`). A range may run past an epoch's end:
+        the `for` loop over that epoch ends, and the rest is skipped as the next one starts.
+        """
+        start = args.integer("start", start, 0)
+        stop = args.integer("stop", stop, start + 1)
+        if stop <= self.global_step:
+            raise ValueError(
+                f"steps [{start}, {stop}) are behind the position (global_step="
+                f"{self.global_step}); skip steps at or after it"
+            )
+        self.progress.skips.append((max(start, self.global_step), stop))
+        if self._telemetry is not None:
+            self._telemetry.event(
+                wire.STEPS_SKIPPED, start=start, stop=stop, global_step=self.global_step
             )
 
     def _batches(self, stream: RankStream) -> Iterator[Any]:
@@ -287,11 +346,11 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.reads_in_flight < 1:
             reads: Iterator[list[Any]] = super().__iter__()
         else:
-            tasks = stream.tasks(self.batches_per_read)
+            tasks = pending_tasks(stream, self.progress, self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
-                reads = ([_pinned(batch) for batch in read] for read in reads)
-        return (batch for read in reads for batch in read)
+                reads = ([(i, _pinned(batch)) for i, batch in read] for read in reads)
+        return (pair for read in reads for pair in read)
 
     def _from_workers(self) -> Iterator[Any]:
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
@@ -351,15 +410,15 @@ class StreamingDataLoader(DataLoader[Any]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next
         `for` (an iteration already running stops)."""
-        before = state.get("world_size") if isinstance(state, dict) else None
+        before = state.get(st.KEY_WORLD_SIZE) if isinstance(state, dict) else None
         self.streaming_dataset.load_state_dict(state, drop_last=self.drop_last)
         if self._telemetry is not None:
             self._telemetry.event(
                 wire.CHECKPOINT_LOADED,
                 world_size_before=before,
                 world_size_after=self.streaming_dataset.world_size,
-                step=state.get("step"),
-                epoch=state.get("epoch"),
+                step=state.get(st.KEY_STEP),
+                epoch=state.get(st.KEY_EPOCH),
                 global_step=self.global_step,
             )
 
@@ -402,8 +461,8 @@ class StreamingDataLoader(DataLoader[Any]):
             "global_batch_size": self.global_batch_size,
             **job_length(total_epochs, total_steps),
         }
-        if ds.packing is not None:
-            static["seq_len"] = ds.packing.spec.seq_len
+        if ds.units.tokens_per_unit is not None:
+            static["seq_len"] = ds.units.tokens_per_unit
         client = TelemetryClient.from_settings(url, run_id, static)
         if client is not None:  # held weakly: a collected loader ends its client (`closed`)
             client.set_snapshot(self._snapshot)
@@ -421,16 +480,19 @@ class StreamingDataLoader(DataLoader[Any]):
         }
 
     def _tokens(self) -> dict[str, int]:
-        """Tokens of this rank's splits handed out this epoch (their block cursors times the
-        block length: exact, a short last batch included) and the epoch's blocks per split
-        (what the cursors count up to), when packing (for the dashboard)."""
-        ds = self.streaming_dataset
-        if ds.packing is None:
-            return {}
+        """What the units add about this rank's splits' units handed out this epoch."""
         splits = self.splits
-        blocks = sum(self.progress.cursors[splits.start : splits.stop])
-        tokens = blocks * ds.packing.spec.seq_len
-        return {"tokens": tokens, "blocks_per_split": ds.units_per_split(self.progress.epoch)}
+        read = sum(self.progress.cursors[splits.start : splits.stop])
+        return self.streaming_dataset.units.progress_facts(read, self.progress.epoch)
+
+
+def _default_read_size(tokens_per_unit: int | None) -> int:
+    """Units per read when the user gives none: 8192 rows, or about 2**18 tokens of blocks
+    (128 of 2048; a read of 8192 such blocks would allocate ~0.5 GB of fields at once, and
+    reads of 512 measured ~1.6x slower per token than reads of 128)."""
+    if tokens_per_unit is None:
+        return READ_ROWS
+    return max(1, READ_TOKENS // tokens_per_unit)
 
 
 def _batching(
@@ -444,7 +506,9 @@ def _batching(
     drop_last = args.boolean("drop_last", drop_last)
     world, splits = dataset.world_size, dataset.num_splits
     if global_batch_size is None:
-        batch_size = args.integer("batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1)
+        batch_size = args.integer(
+            "batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1
+        )
         check_world_size(splits, world, batch_size * world)
         return Batching(batch_size, drop_last)
     global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
@@ -478,5 +542,5 @@ def _check_torch_kwargs(
             f"{dataset.plan.shuffle}; the dataset decides the order: pass shuffle= to "
             f"StreamingDataset (or leave it out here)"
         )
-    if kwargs.get("in_order", True) is not True:
+    if kwargs.get("in_order", True) is not True and dataset.world_size > 1:
         raise ValueError(_IN_ORDER)

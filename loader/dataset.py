@@ -18,19 +18,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
 from loader import state as st
-from loader.layout import check_world_size, owned_splits
-from loader.packing import (
-    PACK_FIELDS,
-    PackedTokens,
-    blocks_of_state,
-    pack_spec,
-    packing_state,
-    token_lengths,
-)
-from loader.plan import PlanSpec
+from loader.layout import owned_splits
+from loader.packing import PackedTokens, pack_spec
+from loader.plan import PlanSpec, ShuffleRequest
 from loader.progress import ROWS, Batching, Progress
-from loader.reader import ON_ERROR, BatchReader, OnError
+from loader.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
+from loader.state import PlanIdentity
+from loader.units import BlockUnits, UnitRequest, Units
 from loader.world import World, agree_with_rank0, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
@@ -38,10 +33,27 @@ SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps i
 
 
 class StreamingDataset(IterableDataset[dict[str, Any]]):
-    """This rank's rows; see the README for the order, the state and elastic resume.
+    """This rank's rows of a pinned table, in the elastic order (see the README's contract).
 
-    `shuffle_seed=None` picks a random seed on rank 0 (shared by broadcast); it is saved in
-    the state, and loading a state adopts the saved seed.
+    Args:
+        source: a LanceDB table, a Lance dataset, an Arrow table or dataset, or a path/URI
+            to a `.lance` folder or Parquet files.
+        columns: the columns to read (None: all).
+        filter: rows to keep (SQL string for Lance/LanceDB, an Arrow expression otherwise);
+            N counts the rows that pass it.
+        num_splits: S, fixed for the life of a run (default: world_size, with a warning).
+        shuffle, shuffle_seed, shuffle_clump_size: the plan's order. `shuffle_seed=None`
+            picks a random seed on rank 0 (shared by broadcast), saved in the state; loading
+            a state adopts the saved seed. Clumps of C rows stay contiguous.
+        epoch: the epoch to start at (a loaded state overrides it).
+        rank, world_size: this rank and W (default: torch.distributed's, else 0 and 1).
+        transform, on_error: a per-row function and what a failing row does ("raise",
+            "skip", "warn"; a process's skipped rows are counted in `reader.skipped_rows`).
+        version: the table version to pin (default: the one rank 0 sees at start).
+        allow_source_change: resume although the source's identity differs.
+        storage_options: object-store options (default: the LanceDB connection's).
+        pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks
+            of `pack_sequences` tokens (docs/packing.md); a split's unit is then a block.
     """
 
     def __init__(
@@ -75,20 +87,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             args.optional_integer("rank", rank, 0),
             args.optional_integer("world_size", world_size, 1),
         )
-        num_splits = args.optional_integer("num_splits", num_splits, 1)
-        if num_splits is None:
-            num_splits = self.world.world_size
-            warnings.warn(
-                f"num_splits not set: using world_size={num_splits}. A resume on another number "
-                f"of GPUs needs the same num_splits; set it explicitly (e.g. num_splits=48)",
-                stacklevel=2,
-            )
+        self._num_splits = self._splits_or_default(num_splits)
         columns = args.columns(columns)
-        self._pack = pack_spec(
-            pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, num_splits
-        )
-        if self._pack is not None and transform is not None:
-            raise ValueError("transform (per row) cannot be combined with pack_sequences")
         self._source_args = {
             "columns": columns,
             "filter": filter,
@@ -96,16 +96,20 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         }
         self._raw_source = source
         self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
-        self.transform = args.callable_or_none("transform", transform)
-        self.on_error: OnError = args.one_of("on_error", on_error, ON_ERROR)
+        self._unit_request = UnitRequest(
+            pack_spec(pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, self._num_splits),
+            args.callable_or_none("transform", transform),
+            args.one_of("on_error", on_error, ON_ERROR),
+        )
+        if self._unit_request.pack is not None and transform is not None:
+            raise ValueError("transform (per row) cannot be combined with pack_sequences")
         self._seed_picked = shuffle_seed is None
         seed = self._pick_seed() if shuffle_seed is None else shuffle_seed
-        self._shuffle = (
+        self._request = ShuffleRequest(
             args.boolean("shuffle", shuffle),
             args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
             args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1) or 1,
         )
-        self._num_splits = num_splits
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
         if version is None:  # a fresh start: every rank reads the version rank 0 sees
@@ -114,8 +118,27 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
         self.progress = Progress(
-            self.world, num_splits, plan.rows_per_split, start_epoch, self.units_per_split
+            self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
         )
+
+    def _splits_or_default(self, num_splits: int | None) -> int:
+        splits = args.optional_integer("num_splits", num_splits, 1)
+        if splits is not None:
+            return splits
+        warnings.warn(
+            f"num_splits not set: using world_size={self.world.world_size}. A resume on another "
+            f"number of GPUs needs the same num_splits; set it explicitly (e.g. num_splits=48)",
+            stacklevel=3,
+        )
+        return self.world.world_size
+
+    @property
+    def transform(self) -> Callable[[dict[str, Any]], Any] | None:
+        return self._unit_request.transform
+
+    @property
+    def on_error(self) -> OnError:
+        return self._unit_request.on_error
 
     def _pick_seed(self) -> int:
         """A random seed, the same on every rank: rank 0's, by broadcast."""
@@ -149,28 +172,27 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         return resolved, self._plan_on(resolved, seed)
 
     def _plan_on(self, resolved: ResolvedSource, seed: int | None = None) -> PlanSpec:
-        shuffle, own_seed, clump = self._shuffle
-        seed = own_seed if seed is None else seed
-        return PlanSpec(resolved.num_rows, self._num_splits, shuffle, seed, clump)
+        request = self._request if seed is None else self._request.with_seed(seed)
+        return PlanSpec.of(resolved.num_rows, self._num_splits, request)
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
         self.plan = plan
-        self._shuffle = (plan.shuffle, plan.shuffle_seed, plan.clump_size)
-        self.packing: PackedTokens | None = None
-        if self._pack is None:
-            self.reader = BatchReader(resolved, plan, self.transform, self.on_error)
-            return
-        from loader.packed_reader import PackedReader
+        self._request = plan.request
+        self.units: Units = self._unit_request.bind(resolved, plan)
 
-        lengths = token_lengths(resolved, self._pack.column)  # the one-off pass, per version
-        self.packing = PackedTokens(self._pack, plan, lengths)
-        self.reader = PackedReader(resolved, plan, self.packing)
+    @property
+    def reader(self) -> Any:
+        """What reads this dataset's BatchTasks (rows or packed blocks)."""
+        return self.units.reader
+
+    @property
+    def packing(self) -> PackedTokens | None:
+        """The packed token blocks, when packing."""
+        return self.units.packing if isinstance(self.units, BlockUnits) else None
 
     def units_per_split(self, epoch: int) -> int:
         """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
-        if self.packing is not None:
-            return self.packing.blocks_per_split(epoch)
-        return self.rows_per_split
+        return self.units.per_split(epoch)
 
     @property
     def source(self) -> ResolvedSource:
@@ -228,23 +250,12 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def epoch(self) -> int:
         return self.progress.epoch
 
-    def plan_identity(self, drop_last: bool) -> dict[str, Any]:
+    def plan_identity(self, drop_last: bool) -> PlanIdentity:
         return self._identity(self.plan, self.source, drop_last)
 
-    def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> dict[str, Any]:
-        return {
-            "num_rows": plan.num_rows,
-            "num_splits": plan.num_splits,
-            "rows_per_split": plan.rows_per_split,
-            "shuffle": plan.shuffle,
-            "shuffle_seed": plan.shuffle_seed,
-            "shuffle_clump_size": plan.clump_size,
-            "filter": source.filter
-            if isinstance(source.filter, str | None)
-            else str(source.filter),
-            "drop_last": drop_last,
-            **(self._pack.identity() if self._pack is not None else {}),
-        }
+    def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> PlanIdentity:
+        kept = source.filter if isinstance(source.filter, str | None) else str(source.filter)
+        return plan.identity(kept, drop_last, self._unit_request.identity())
 
     # -- position and state -------------------------------------------------------------
 
@@ -255,20 +266,21 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def make_state(self, batching: Batching) -> dict[str, Any]:
         """The state at the current position, for batches cut as `batching` says."""
         position = self.progress.state_dict(batching)
-        packed: dict[str, Any] = {}
-        if self.packing is not None:  # block cursors as (document, token offset) per split
-            blocks = self.packing.epoch(position[st.KEY_EPOCH])
-            position[st.KEY_CURSORS], packed = packing_state(blocks, position[st.KEY_CURSORS])
+        position[st.KEY_CURSORS], extra = self.units.to_state(
+            position[st.KEY_EPOCH], position[st.KEY_CURSORS]
+        )
         state = st.make_state(
             self.plan_identity(batching.drop_last), self.source.spec.identity(), position
         )
-        state.update(packed)
+        state.update(extra)
         return state
 
     def state_dict(self) -> dict[str, Any]:
         """The row-level position (the loader's `state_dict` is the one to use with batches)."""
         global_batch = self._row_global()
-        return self.make_state(ROWS if global_batch is None else Batching(None, False, global_batch))
+        return self.make_state(
+            ROWS if global_batch is None else Batching(None, False, global_batch)
+        )
 
     def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
         """Validate `state` against this dataset and move to it (effective at the next iteration).
@@ -287,27 +299,22 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
             plan = self._plan_on(resolved, seed)
         saved_source = state[st.KEY_SOURCE]
         st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
-        fields = ["num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "filter"]
-        if not self.allow_source_change:
-            fields.append("num_rows")
-        if drop_last is not None:
-            fields.append("drop_last")
-        fields.extend(PACK_FIELDS)
-        st.check_plan(state, self._identity(plan, resolved, bool(drop_last)), tuple(fields))
+        st.compare_plan(
+            state,
+            self._identity(plan, resolved, bool(drop_last)),
+            num_rows=not self.allow_source_change,
+            drop_last=drop_last is not None,
+        )
         st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
-        if self.packing is None:
-            self.progress.load_state_dict(state, plan.rows_per_split)
-            return
         epoch = state[st.KEY_EPOCH]
-        blocks = blocks_of_state(self.packing.epoch(epoch), state, state[st.KEY_CURSORS])
         self.progress.load_state_dict(
-            {**state, st.KEY_CURSORS: blocks}, self.units_per_split(epoch)
+            {**state, st.KEY_CURSORS: self.units.from_state(state)}, self.units_per_split(epoch)
         )
 
     def _saved_seed(self, state: dict[str, Any]) -> int:
-        seed = state[st.KEY_PLAN].get("shuffle_seed")
+        seed = state[st.KEY_PLAN].get(st.PLAN_SHUFFLE_SEED)
         try:
             return args.integer("plan.shuffle_seed", seed, 0, args.SEED_LIMIT)
         except (TypeError, ValueError) as err:
@@ -325,28 +332,21 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
         info = get_worker_info()
-        if self.packing is not None:
+        if isinstance(self.units, BlockUnits):
             yield from self._iter_blocks(info)
             return
-        rows = self.row_batching()
-        stream = self.progress.start(rows) if info is None else self.progress.peek(rows)
+        by_row = self.row_batching()
+        stream = self.progress.start(by_row) if info is None else self.progress.peek(by_row)
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+
+        def recorded() -> None:  # a row reached the caller (or was skipped by on_error)
+            self.progress.record(stream)
+
         for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
             task = stream.task(first, ROW_READ_SIZE)  # a batch is a row: one read of 1024
             table, restore = self.reader.read(self.reader.positions(task))
-            for row in table.take(pa.array(restore)).to_pylist():
-                if info is None:
-                    self.progress.record(stream)
-                if self.transform is None:
-                    yield row
-                    continue
-                try:
-                    yield self.transform(row)
-                except Exception as err:
-                    if self.on_error == "raise":
-                        raise
-                    if self.on_error == "warn":
-                        warnings.warn(f"transform failed on a row, skipped: {err!r}", stacklevel=2)
+            rows = table.take(pa.array(restore)).to_pylist()
+            yield from self.reader.transformed(rows, on_each=None if info else recorded)
 
     def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
         """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""

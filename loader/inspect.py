@@ -23,9 +23,6 @@ from loader.layout import supported_world_sizes
 
 __all__ = ["format_inspect", "print_inspect"]
 
-# loader.packing's state keys, spelt here: importing it would pull pyarrow into `inspect`
-KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED = "token_offsets", "tokens_dropped"
-
 
 def print_inspect(
     path: str | os.PathLike[str],
@@ -155,7 +152,7 @@ def _resumes_on(state: dict[str, Any], num_splits: int) -> str:
 def _token_texts(state: dict[str, Any]) -> tuple[str, str]:
     """(' + 37 tokens into the next ones', '; 12 tokens of the epoch dropped'): a packed
     state's token fields, each empty when absent."""
-    offsets, dropped = state.get(KEY_TOKEN_OFFSETS), state.get(KEY_TOKENS_DROPPED)
+    offsets, dropped = state.get(st.KEY_TOKEN_OFFSETS), state.get(st.KEY_TOKENS_DROPPED)
     into = f" + {sum(offsets):,} tokens into the next ones" if offsets is not None else ""
     return into, f"; {dropped:,} tokens of the epoch dropped" if dropped is not None else ""
 

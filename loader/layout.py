@@ -147,8 +147,9 @@ def owned_splits(
 
 def is_whole(piece: Piece, num_splits: int, global_batch: int | None) -> bool:
     """Whether a piece is its split's every row of a step (the split is not shared)."""
-    per_split = global_batch // num_splits if uses_steps(num_splits, global_batch) else 1
-    assert global_batch is None or per_split >= 1
+    per_split = 1
+    if global_batch is not None and uses_steps(num_splits, global_batch):
+        per_split = global_batch // num_splits
     return piece.start == 0 and piece.stop == per_split
 
 

@@ -32,10 +32,9 @@ from numpy.typing import NDArray
 from loader import args
 from loader.plan import PlanSpec
 from loader.sources import ResolvedSource, open_source
+from loader.state import KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED, PLAN_PACK_SEQUENCES
 
 LENGTHS_READ_ROWS = 65_536  # rows per read of the one-off lengths pass
-READ_ROWS = 8192  # the loader's default read size, in rows
-READ_TOKENS = 1 << 18  # ... and with packing, in tokens (bigger reads measured slower)
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class PackSpec:
     def identity(self) -> dict[str, Any]:
         """What a resume must match (stored in the state's plan)."""
         return {
-            "pack_sequences": self.seq_len,
+            PLAN_PACK_SEQUENCES: self.seq_len,
             "eos_id": self.eos_id,
             "pad_id": self.pad_id,
             "blocks_per_epoch": self.blocks_per_epoch,
@@ -238,11 +237,6 @@ class PackedTokens:
         return self.epoch(epoch).blocks_per_split
 
 
-KEY_TOKEN_OFFSETS = "token_offsets"
-KEY_TOKENS_DROPPED = "tokens_dropped"
-PACK_FIELDS = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch", "token_column")
-
-
 def packing_state(blocks: EpochBlocks, cursors: list[int]) -> tuple[list[int], dict[str, Any]]:
     """Block cursors as the state holds them: document cursors, plus the extra keys."""
     docs, offsets = blocks.to_documents(cursors)
@@ -258,12 +252,3 @@ def blocks_of_state(blocks: EpochBlocks, state: dict[str, Any], docs: list[int])
             f"offset per split ({len(docs)})"
         )
     return blocks.to_blocks(docs, offsets)
-
-
-def default_read_size(packing: PackedTokens | None) -> int:
-    """Units per read when the user gives none: 8192 rows, or about 2**18 tokens of blocks
-    (128 of 2048; a read of 8192 such blocks would allocate ~0.5 GB of fields at once, and
-    reads of 512 measured ~1.6x slower per token than reads of 128)."""
-    if packing is None:
-        return READ_ROWS
-    return max(1, READ_TOKENS // packing.spec.seq_len)

@@ -9,6 +9,7 @@ just the rows asked for (see `loader.kernels.permute`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,14 +22,28 @@ from loader.kernels.permute import (
     round_keys,
 )
 from loader.layout import check_world_size, owned_splits, supported_world_sizes
+from loader.state import PlanIdentity
 
 __all__ = [
     "EpochPlan",
     "PlanSpec",
+    "ShuffleRequest",
     "check_world_size",
     "owned_splits",
     "supported_world_sizes",
 ]
+
+
+@dataclass(frozen=True)
+class ShuffleRequest:
+    """How the user asked rows to be ordered: the plan's keywords that N and S do not fix."""
+
+    shuffle: bool = True
+    seed: int = 0
+    clump_size: int = 1
+
+    def with_seed(self, seed: int) -> ShuffleRequest:
+        return ShuffleRequest(self.shuffle, seed, self.clump_size)
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,30 @@ class PlanSpec:
             raise ValueError(f"shuffle_clump_size must be >= 1, got {self.clump_size}")
         if self.shuffle_seed < 0:
             raise ValueError(f"shuffle_seed must be >= 0, got {self.shuffle_seed}")
+
+    @classmethod
+    def of(cls, num_rows: int, num_splits: int, request: ShuffleRequest) -> PlanSpec:
+        return cls(num_rows, num_splits, request.shuffle, request.seed, request.clump_size)
+
+    @property
+    def request(self) -> ShuffleRequest:
+        return ShuffleRequest(self.shuffle, self.shuffle_seed, self.clump_size)
+
+    def identity(
+        self, filter: str | None, drop_last: bool, packing: dict[str, Any] | None = None
+    ) -> PlanIdentity:
+        """The record a state stores and a resume compares (`loader.state.compare_plan`)."""
+        return PlanIdentity(
+            self.num_rows,
+            self.num_splits,
+            self.rows_per_split,
+            self.shuffle,
+            self.shuffle_seed,
+            self.clump_size,
+            filter,
+            drop_last,
+            tuple((packing or {}).items()),
+        )
 
     @property
     def rows_per_split(self) -> int:

@@ -126,7 +126,7 @@ def _fit(
     if global_batch is None:
         return WorldFit(world, True, "", num_splits // world, None, None, placement)
     full, tail = divmod(kept, global_batch)
-    batches = full + (0 < tail and not drop_last and tail >= world)
+    batches = full + (tail > 0 and not drop_last and tail >= world)
     small, large = rank_batch_sizes(world, global_batch)
     shared = uses_steps(num_splits, global_batch) and any(
         not is_whole(piece, num_splits, global_batch) for pieces in placement for piece in pieces
@@ -137,7 +137,9 @@ def _fit(
 
 def _pieces_text(pieces: list[Piece], num_splits: int, global_batch: int | None) -> str:
     """Whole splits as [a,b), a shared one as s[lo:hi of G/S]: its rows of each step."""
-    per_split = global_batch // num_splits if uses_steps(num_splits, global_batch) else 1
+    per_split = 1
+    if global_batch is not None and uses_steps(num_splits, global_batch):
+        per_split = global_batch // num_splits
     return "+".join(
         f"[{p.split},{p.split_stop})"
         if is_whole(p, num_splits, global_batch)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -52,6 +52,7 @@ class BatchReader(Dataset[list[Any]]):
         self._epoch_plan: EpochPlan | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self.skipped_rows = 0  # rows on_error skipped in this process
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -133,16 +134,30 @@ class BatchReader(Dataset[list[Any]]):
             batches = [{k: v[a:b] for k, v in whole.items()} for a, b in spans]
         return batches
 
-    def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:
-        """The per-row path, only when the user asked for a per-row transform."""
-        assert self.transform is not None
-        out = []
-        for row in table.take(pa.array(restore)).to_pylist():
+    def transformed(
+        self, rows: list[dict[str, Any]], on_each: Callable[[], None] | None = None
+    ) -> Iterator[Any]:
+        """Rows through the user's transform (or as they are): the one place `on_error`
+        applies, and skipped rows are counted. `on_each` runs before each row is handed on
+        (or skipped), so a position can follow the rows."""
+        for row in rows:
+            if on_each is not None:
+                on_each()
+            if self.transform is None:
+                yield row
+                continue
             try:
-                out.append(self.transform(row))
+                out = self.transform(row)
             except Exception as err:
                 if self.on_error == "raise":
                     raise
+                self.skipped_rows += 1
                 if self.on_error == "warn":
                     warnings.warn(f"transform failed on a row, skipped: {err!r}", stacklevel=2)
+                continue
+            yield out
+
+    def _rows_through_transform(self, table: pa.Table, restore: NDArray[np.int64]) -> Any:
+        """The per-row path, only when the user asked for a per-row transform."""
+        out = list(self.transformed(table.take(pa.array(restore)).to_pylist()))
         return default_collate(out) if out else {}

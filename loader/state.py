@@ -12,6 +12,7 @@ fit a global batch).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from loader.layout import fit_reason
@@ -30,6 +31,24 @@ KEY_WORLD_SIZE = "world_size"
 KEY_GLOBAL_BATCH = "global_batch_size"  # G of the run that saved it
 KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
+KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [start, stop, units] of each range jumped
+MAX_SKIPPED_RANGES = 10_000
+KEY_AHEAD = "batches_ahead"  # optional (in_order=False): {"batch_size": b, "batches": [...]}
+# packed states: per split, the token offset inside the cursor's document; tokens dropped
+KEY_TOKEN_OFFSETS = "token_offsets"
+KEY_TOKENS_DROPPED = "tokens_dropped"
+
+# The plan's identity (`PlanIdentity`), as the state's "plan" object spells it
+PLAN_NUM_ROWS = "num_rows"
+PLAN_NUM_SPLITS = "num_splits"
+PLAN_ROWS_PER_SPLIT = "rows_per_split"
+PLAN_SHUFFLE = "shuffle"
+PLAN_SHUFFLE_SEED = "shuffle_seed"
+PLAN_CLUMP = "shuffle_clump_size"
+PLAN_FILTER = "filter"
+PLAN_DROP_LAST = "drop_last"
+PLAN_PACK_SEQUENCES = "pack_sequences"
+PACK_FIELDS = (PLAN_PACK_SEQUENCES, "eos_id", "pad_id", "blocks_per_epoch", "token_column")
 
 # Source fields that must match for a resume to read the same rows. The version is not
 # here: a resume reopens the table at the state's version instead of comparing it; the
@@ -39,14 +58,63 @@ SOURCE_IDENTITY = ("kind", "uri", "table", "columns", "fingerprint", "version_id
 OPTIONAL_SOURCE_FIELDS = ("version_id",)
 
 
+@dataclass(frozen=True)
+class PlanIdentity:
+    """What a resume must find unchanged about the plan (the state's "plan" object).
+
+    `PlanSpec.identity` makes it; `compare_plan` is the one comparison of a saved plan with
+    the current one. `packing` holds the packing keywords (empty for rows).
+    """
+
+    num_rows: int
+    num_splits: int
+    rows_per_split: int
+    shuffle: bool
+    shuffle_seed: int
+    shuffle_clump_size: int
+    filter: str | None
+    drop_last: bool
+    packing: tuple[tuple[str, Any], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            PLAN_NUM_ROWS: self.num_rows,
+            PLAN_NUM_SPLITS: self.num_splits,
+            PLAN_ROWS_PER_SPLIT: self.rows_per_split,
+            PLAN_SHUFFLE: self.shuffle,
+            PLAN_SHUFFLE_SEED: self.shuffle_seed,
+            PLAN_CLUMP: self.shuffle_clump_size,
+            PLAN_FILTER: self.filter,
+            PLAN_DROP_LAST: self.drop_last,
+            **dict(self.packing),
+        }
+
+
+def compare_plan(
+    state: dict[str, Any], current: PlanIdentity, *, num_rows: bool, drop_last: bool
+) -> None:
+    """Raise naming the first plan field that differs between `state` and `current`.
+
+    `num_rows=False` lets N change (allow_source_change); `drop_last=False` leaves it out
+    (a dataset iterated without a loader has none).
+    """
+    fields = [PLAN_NUM_SPLITS, PLAN_SHUFFLE, PLAN_SHUFFLE_SEED, PLAN_CLUMP, PLAN_FILTER]
+    if num_rows:
+        fields.append(PLAN_NUM_ROWS)
+    if drop_last:
+        fields.append(PLAN_DROP_LAST)
+    fields.extend(PACK_FIELDS)
+    check_plan(state, current.as_dict(), tuple(fields))
+
+
 def make_state(
-    plan: dict[str, Any], source: dict[str, Any], position: dict[str, Any]
+    plan: PlanIdentity, source: dict[str, Any], position: dict[str, Any]
 ) -> dict[str, Any]:
     """The state: what identifies plan and source, and the position (`Progress.state_dict`)."""
     return {
         KEY_FORMAT: FORMAT,
         KEY_FORMAT_VERSION: FORMAT_VERSION,
-        KEY_PLAN: dict(plan),
+        KEY_PLAN: plan.as_dict(),
         KEY_SOURCE: dict(source),
         KEY_EPOCH: int(position[KEY_EPOCH]),
         KEY_CURSORS: [int(c) for c in position[KEY_CURSORS]],
@@ -55,6 +123,7 @@ def make_state(
         KEY_STEP: int(position[KEY_STEP]),
         KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
         KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
+        **{k: position[k] for k in (KEY_STEPS_SKIPPED, KEY_AHEAD) if k in position},
     }
 
 
@@ -121,10 +190,46 @@ def check_state(state: Any) -> None:
     world_size = check_count(KEY_WORLD_SIZE, state[KEY_WORLD_SIZE], limit, low=1)
     reason = fit_reason(num_splits, world_size, global_batch)
     if reason:
-        raise StateError(KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})")
+        raise StateError(
+            KEY_WORLD_SIZE, f"is {world_size}: no run of this plan can have saved it ({reason})"
+        )
     check_count(KEY_STEP, state[KEY_STEP])
+    if KEY_STEPS_SKIPPED in state:
+        _check_skipped_ranges(state[KEY_STEPS_SKIPPED])
+    if KEY_AHEAD in state:
+        _check_ahead(state[KEY_AHEAD], num_splits * rows_per_split)
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
+
+
+def _check_ahead(ahead: Any, units: int) -> None:
+    """Batches handed out past the contiguous prefix (in_order=False): distinct indices >= 1
+    (batch 0 of the rest would be part of the prefix), at most one per unit left."""
+    if not isinstance(ahead, dict) or set(ahead) != {"batch_size", "batches"}:
+        raise StateError(KEY_AHEAD, f"is {ahead!r}, expected {{'batch_size': b, 'batches': [...]}}")
+    check_count(f"{KEY_AHEAD}.batch_size", ahead["batch_size"], low=1)
+    batches = ahead["batches"]
+    if not isinstance(batches, list) or len(batches) > units:
+        raise StateError(f"{KEY_AHEAD}.batches", f"must be a list of at most {units} indices")
+    for i, index in enumerate(batches):
+        check_count(f"{KEY_AHEAD}.batches[{i}]", index, units, low=1)
+    if len(set(batches)) != len(batches):
+        raise StateError(f"{KEY_AHEAD}.batches", "holds an index twice")
+
+
+def _check_skipped_ranges(ranges: Any) -> None:
+    """A list of [start, stop, units] with 0 <= start < stop (steps skipped at resumes)."""
+    if not isinstance(ranges, list) or len(ranges) > MAX_SKIPPED_RANGES:
+        raise StateError(
+            KEY_STEPS_SKIPPED, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges"
+        )
+    for i, item in enumerate(ranges):
+        field = f"{KEY_STEPS_SKIPPED}[{i}]"
+        if not isinstance(item, list) or len(item) != 3:
+            raise StateError(field, f"is {item!r}, expected [start, stop, units]")
+        start, stop, _ = (check_count(field, v) for v in item)
+        if start >= stop:
+            raise StateError(field, f"is {item!r}: start must be below stop")
 
 
 def check_version(field: str, version: Any, supported: int) -> None:

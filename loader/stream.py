@@ -62,9 +62,10 @@ class BatchTask:
         return sum(self.sizes)
 
 
-def _task(
-    epoch: int, index: int, sizes: list[int], runs: list[tuple[NDArray[np.int64], ...]]
-) -> BatchTask:
+Runs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]  # split, start, stop
+
+
+def _task(epoch: int, index: int, sizes: list[int], runs: list[Runs]) -> BatchTask:
     stacked = [np.stack(r, axis=1) for r in runs]
     table = np.concatenate(stacked) if stacked else np.empty((0, 3), dtype=np.int64)
     return BatchTask(epoch, index, tuple(sizes), table, tuple(len(r) for r in stacked))
@@ -108,7 +109,7 @@ class RankStream:
         """The global cursor vector once every rank has handed out `batches` batches."""
         raise NotImplementedError
 
-    def _runs(self, index: int, count: int) -> list[tuple[NDArray[np.int64], ...]]:
+    def _runs(self, index: int, count: int) -> list[Runs]:
         """The runs of batches [index, index + count)."""
         raise NotImplementedError
 
@@ -179,13 +180,13 @@ class SplitStream(RankStream):
     def global_rows(self, index: int) -> int:
         return self.task_rows(index) * self.world_size
 
-    def _runs(self, index: int, count: int) -> list[tuple[NDArray[np.int64], ...]]:
+    def _runs(self, index: int, count: int) -> list[Runs]:
         length, first = self.rows_per_split, self.splits.start
         before = _advance(self._own_start(self.rank), index * self.batch_size, length)
-        out = []
+        out: list[Runs] = []
         for t in range(index, index + count):
             after = _advance(before, self.task_rows(t), length)
-            moved = np.flatnonzero(after > before)
+            moved = np.flatnonzero(after > before).astype(np.int64)
             out.append((moved + first, before[moved], after[moved]))
             before = after
         return out
@@ -250,16 +251,18 @@ class StepStream(RankStream):
         return self._share(self.global_rows(index))
 
     def _consumed(self, steps: int) -> int:
-        return min(steps, self._full) * self.global_batch + (self._tail if steps > self._full else 0)
+        return min(steps, self._full) * self.global_batch + (
+            self._tail if steps > self._full else 0
+        )
 
     def cursors_after(self, batches: int) -> list[int]:
         start = np.asarray(self.start, dtype=np.int64)
         return _advance(start, self._consumed(batches), self.rows_per_split).tolist()
 
-    def _runs(self, index: int, count: int) -> list[tuple[NDArray[np.int64], ...]]:
+    def _runs(self, index: int, count: int) -> list[Runs]:
         length = self.rows_per_split
         before = _advance(np.asarray(self.start, dtype=np.int64), self._consumed(index), length)
-        out = []
+        out: list[Runs] = []
         for t in range(index, index + count):
             n = self.global_rows(t)
             after = _advance(before, n, length)

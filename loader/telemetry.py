@@ -19,8 +19,10 @@ the epoch's blocks per split, which the cursors and `rows` then count; the stati
 says tokens per block),
 the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
 kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
-`closed` event (`data.reason`: `close` for `close()` or a collected loader, `exit` at
-interpreter exit), so the dashboard can tell a finished rank from a crashed one.
+`closed` event at the last position read (`data.reason`: `close` for `close()` or a
+collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
+type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
+finished rank from a crashed one. That batch is retried within the exit budget.
 
 The token goes only to the URL given: redirects are never followed (the collector never
 sends one), so a redirect cannot carry the token to another origin.
@@ -28,7 +30,6 @@ sends one), so a redirect cannot carry the token to another origin.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import http.client
 import inspect
@@ -48,9 +49,10 @@ from typing import Any
 
 import orjson
 
+from loader.telemetry_exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
 from loader.wire import (
     CLOSE_REASON_CLOSE,
-    CLOSE_REASON_EXIT,
+    CLOSE_REASON_ERROR,
     CLOSED,
     INGEST_PATH,
     PROGRESS,
@@ -62,8 +64,6 @@ __all__ = ["ENV_RUN_ID", "ENV_TOKEN", "ENV_URL", "TelemetryClient", "TelemetryWa
 ENV_URL = "ELASTIC_LOADER_TELEMETRY"
 ENV_RUN_ID = "ELASTIC_LOADER_RUN_ID"
 ENV_TOKEN = "ELASTIC_LOADER_TELEMETRY_TOKEN"
-# At interpreter exit, all clients together wait at most this long for their last send.
-EXIT_BUDGET_S = 2.0
 
 STATIC_KEYS = (
     "host",
@@ -86,22 +86,6 @@ POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens", 
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
-_LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
-    """Flush every open client at interpreter exit (torchrun ranks exit normally).
-
-    All senders are told at once and share one deadline, so exit waits `budget_s` at most
-    however many clients there are and however dead the collector is.
-    """
-    clients = [c for c in list(_LIVE) if not c._stop.is_set()]
-    for client in clients:
-        client._finish(CLOSE_REASON_EXIT)
-    deadline = time.monotonic() + budget_s
-    for client in clients:
-        client._thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def job_length(total_epochs: int | None, total_steps: int | None) -> dict[str, int]:
@@ -257,11 +241,18 @@ class TelemetryClient:
         self._retry_at = 0.0
         self._backoff_s = interval_s
         self._close_reason = CLOSE_REASON_CLOSE
+        self._close_error: str | None = None
+        self._final_by = 0.0  # monotonic deadline of the last send's retries
+        self._position: dict[str, Any] = {}  # the last position read: the loader may be gone
+        self._pid = os.getpid()
+        self._owner = threading.current_thread()  # its uncaught exception ends this client
+        self._transient = True  # the last failure may pass on a retry
         self._stop = threading.Event()
         self._wake = threading.Event()  # a discrete event goes out now, not at the next tick
         self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
         self._thread.start()
         _LIVE.add(self)
+        install_exit_hooks()
 
     @classmethod
     def from_settings(
@@ -301,16 +292,27 @@ class TelemetryClient:
         self._wake.set()
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)."""
+        """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)
+        and retrying the last send within that time."""
         if self._stop.is_set():
             return
-        self._finish()
-        self._thread.join(2 * self.timeout_s if timeout_s is None else timeout_s)
+        wait_s = 2 * self.timeout_s if timeout_s is None else timeout_s
+        self._finish(deadline=time.monotonic() + 0.8 * wait_s)  # the last try ends in time
+        self._thread.join(wait_s)
 
-    def _finish(self, reason: str = CLOSE_REASON_CLOSE) -> None:
-        """Ask the sender for its final flush now (never blocks: it may run inside GC)."""
-        if not self._stop.is_set():
-            self._close_reason = reason
+    def _finish(
+        self,
+        reason: str = CLOSE_REASON_CLOSE,
+        error: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        """Ask the sender for its final flush now (never blocks: it may run inside GC).
+
+        The last send is retried until `deadline` (monotonic; default: the exit budget from
+        now); a later call may move the deadline, and turn the reason into `error`."""
+        if not self._stop.is_set() or reason == CLOSE_REASON_ERROR:
+            self._close_reason, self._close_error = reason, error
+        self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
         self._stop.set()
         self._wake.set()
 
@@ -346,9 +348,10 @@ class TelemetryClient:
             self._stop.set()  # the loader is gone: this is the last send
         elif snapshot is not None:
             try:
-                ev.update(_position(snapshot(), self.static.get("num_splits")))
+                self._position = _position(snapshot(), self.static.get("num_splits"))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
+        ev.update(self._position)  # a collected loader's last position, not none
         return ev
 
     def _drain(self) -> list[dict[str, Any]]:
@@ -361,8 +364,11 @@ class TelemetryClient:
     def _closing(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The last batch: `events` and a `closed` event at the final progress's position."""
         closed = self._base(CLOSED, time.time())
-        closed.update({k: events[0][k] for k in ("epoch", "step") if k in events[0]})
+        where = ("epoch", "step", "global_step")
+        closed.update({k: events[0][k] for k in where if k in events[0]})
         closed["data"] = {"reason": self._close_reason}
+        if self._close_error is not None:
+            closed["data"]["error"] = self._close_error
         return [*events, closed]
 
     def _run(self) -> None:
@@ -373,29 +379,53 @@ class TelemetryClient:
                 if self._stop.is_set():
                     break
                 self._send(self._drain())
-            self._send(self._closing(self._drain()), final=True)
+            self._send_last(self._drain())
         except Exception:  # e.g. `-W error` turning the warning into an exception
             logger.exception("telemetry sender stopped; events are dropped from now on")
 
-    def _send(self, events: list[dict[str, Any]], final: bool = False) -> None:
+    def _send_last(self, events: list[dict[str, Any]]) -> None:
+        """The final batch, ending with `closed`: retried (0.05 s doubling to 0.4 s apart)
+        until it is through or `_final_by` passes. A lost `closed` turns a finished rank
+        into a crashed one, so it is worth the exit budget; each try's timeout is cut to
+        the time left."""
+        pause = 0.05
+        while True:
+            batch = self._closing(events)  # the reason may have changed since the last try
+            left = self._final_by - time.monotonic()
+            if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
+                return
+            if self._final_by - time.monotonic() <= pause or not self._transient:
+                self.dropped += len(batch)  # counted once, when the last try fails
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.4)
+
+    def _send(
+        self, events: list[dict[str, Any]], final: bool = False, timeout_s: float | None = None
+    ) -> bool:
         if not final and time.monotonic() < self._retry_at:
             self.dropped += len(events)
-            return
+            return False
         try:
             body = orjson.dumps({"events": events})
             request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
-            with self._opener.open(request, timeout=self.timeout_s) as response:
+            timeout = self.timeout_s if timeout_s is None else timeout_s
+            with self._opener.open(request, timeout=timeout) as response:
                 response.read()
         except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
-            self._failed(len(events), exc)
-            return
+            self._failed(0 if final else len(events), exc)
+            return False
         self.sent += len(events)
         self._backoff_s = self.interval_s
         self._retry_at = 0.0
+        return True
 
     def _failed(self, n: int, exc: BaseException) -> None:
         """Drop, warn the first time only, back off (to 30 s) so a dead collector costs nothing."""
         self.dropped += n
+        # a refusal (4xx but 429) would be refused again: only the rest is worth a retry
+        code = exc.code if isinstance(exc, urllib.error.HTTPError) else None
+        self._transient = code is None or code == 429 or code >= 500
         self._retry_at = time.monotonic() + self._backoff_s
         self._backoff_s = min(2 * self._backoff_s, 30.0)
         if not self._warned:

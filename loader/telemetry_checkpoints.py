@@ -22,6 +22,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from loader import state as st
 from loader import telemetry
 from loader.wire import CHECKPOINT_SAVED
 
@@ -47,10 +48,10 @@ def saved_if_mine(
         return
     try:
         now = telemetry._position(snapshot(), client.static.get("num_splits"))
-        cursors = state.get("cursors")
+        cursors = state.get(st.KEY_CURSORS)
         lo, hi = now["splits"]
         mine = list(cursors[lo:hi]) if isinstance(cursors, list) else None
-        if state.get("epoch") != now.get("epoch") or mine != now.get("cursors"):
+        if state.get(st.KEY_EPOCH) != now.get("epoch") or mine != now.get("cursors"):
             return
     except Exception:  # an odd state or a snapshot racing the loader: no event
         logger.debug("telemetry: could not match a saved state", exc_info=True)
@@ -59,8 +60,8 @@ def saved_if_mine(
         CHECKPOINT_SAVED,
         path=path,
         epoch=now.get("epoch"),
-        step=state.get("step", now.get("step")),
-        global_step=state.get("global_step", now.get("global_step")),
+        step=state.get(st.KEY_STEP, now.get("step")),
+        global_step=state.get(st.KEY_GLOBAL_STEP, now.get("global_step")),
     )
 
 
@@ -87,7 +88,7 @@ def state_taken(client: telemetry.TelemetryClient, state: Mapping[str, Any]) -> 
             CHECKPOINT_SAVED,
             path=target,
             via="dcp",
-            epoch=state.get("epoch"),
-            step=state.get("step"),
+            epoch=state.get(st.KEY_EPOCH),
+            step=state.get(st.KEY_STEP),
             global_step=state.get("global_step"),
         )

@@ -25,11 +25,14 @@ PROGRESS = "progress"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_LOADED = "checkpoint_loaded"
 EPOCH_END = "epoch_end"
-# The client's last event: `data = {"reason": CLOSE_REASON_CLOSE | CLOSE_REASON_EXIT}`.
+STEPS_SKIPPED = "steps_skipped"  # a range of global steps the loader jumps over
+# The client's last event: `data = {"reason": CLOSE_REASON_*}` and, for an error, `"error"`
+# (the exception's type name, never its message: messages can carry secrets).
 # A rank that stops sending heartbeats without one crashed (or was killed).
 CLOSED = "closed"
 CLOSE_REASON_CLOSE = "close"  # `close()`, or its loader was garbage-collected
-CLOSE_REASON_EXIT = "exit"  # normal interpreter exit (atexit)
+CLOSE_REASON_EXIT = "exit"  # normal exit (atexit, or the end of a multiprocessing child)
+CLOSE_REASON_ERROR = "error"  # ending on an uncaught exception (or SystemExit with a code != 0)
 
 # Sane bounds both sides agree on: a run has at most this many splits (and so a rank at
 # most this many cursors), which keeps one event and every per-split view bounded.

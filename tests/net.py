@@ -1,13 +1,18 @@
-"""Loopback helpers shared by the tests: a free port, and polling with a deadline."""
+"""Loopback helpers shared by the tests: a free port, polling with a deadline, GETs, and a
+small HTTP server on a thread."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import orjson
 
 T = TypeVar("T")
 
@@ -39,3 +44,40 @@ def http_ok(url: str) -> bool:
             return int(response.status) == 200
     except OSError:
         return False
+
+
+_RAISE: Any = object()
+
+
+def get_bytes(url: str, timeout_s: float = 5.0) -> bytes:
+    """GET `url` (no proxies: everything here is loopback); an HTTP error raises."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as response:
+        return bytes(response.read())
+
+
+def get_json(url: str, timeout_s: float = 5.0, *, otherwise: Any = _RAISE) -> Any:
+    """GET `url` and parse its JSON. An HTTP error or an unreachable server raises, or
+    returns `otherwise` when one is given (for polling until it answers)."""
+    try:
+        return orjson.loads(get_bytes(url, timeout_s))
+    except OSError:
+        if otherwise is _RAISE:
+            raise
+        return otherwise
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler], **state: Any) -> Iterator[Any]:
+    """A threaded HTTP server on 127.0.0.1 with `handler`, `state` set on it as attributes
+    (the handler reads them as `self.server.<name>`); shut down on exit."""
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in state.items():
+        setattr(server, name, value)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

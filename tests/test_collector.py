@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,12 +36,11 @@ from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from loader import cli
 from loader.layout import owned_splits, supported_world_sizes
-from tests.net import free_port
+from tests.collector_api import JSON, LOCAL, collector_client, dump, post
+from tests.net import free_port, get_bytes, get_json
 
 # Two hours ago on a whole hour: recent enough for the collector's clock window.
 T0 = float(int(time.time()) // 3600 * 3600 - 7200)
-# TestClient's default Host ("testserver") is not one the collector serves.
-LOCAL = "http://127.0.0.1"
 BEFORE = SyntheticRun("job", 8, 48, 20_000, 30, T0, slow_rank=5, checkpoint_every=10)
 AFTER = SyntheticRun(
     "job", 4, 48, 20_000, 20, T0 + 31, slow_rank=2, world_size_before=8, start_rows=60_000
@@ -51,32 +49,15 @@ AFTER = SyntheticRun(
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
+    with collector_client(tmp_path / "c.db") as c:
         yield c
-
-
-JSON = {"Content-Type": "application/json"}
-
-
-def _post(client: TestClient, events: Any, headers: dict[str, str] | None = None) -> Any:
-    body = orjson.dumps({"events": list(events)})
-    return client.post("/api/events", content=body, headers={**JSON, **(headers or {})})
-
-
-def _dump(client: TestClient) -> list[Any]:
-    """Every row of every table: what 'the database is unchanged' means."""
-    store = client.app.state.store  # type: ignore[attr-defined]
-    if store is None:
-        return []
-    tables = [r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")]
-    return [(t, [tuple(r) for r in store.query(f"SELECT * FROM {t}")]) for t in sorted(tables)]
 
 
 def _ingest_resumed_run(client: TestClient, t0: float = T0) -> None:
     """BEFORE then AFTER, shifted to start at `t0` (now - 51: AFTER's ranks are live)."""
     for run in (BEFORE, AFTER):
         shifted = dataclasses.replace(run, start_ts=run.start_ts - T0 + t0)
-        assert _post(client, synthetic_events(shifted)).status_code == 202
+        assert post(client, synthetic_events(shifted)).status_code == 202
 
 
 def _good() -> dict[str, Any]:
@@ -203,26 +184,25 @@ BAD_BODIES = {
 @pytest.mark.parametrize("name", sorted(BAD_BODIES))
 def test_invalid_events_are_422_and_store_nothing(client: TestClient, name: str) -> None:
     _ingest_resumed_run(client)
-    before = _dump(client)
+    before = dump(client)
     response = client.post("/api/events", content=orjson.dumps(BAD_BODIES[name]), headers=JSON)
     assert response.status_code == 422, response.text
-    assert _dump(client) == before
+    assert dump(client) == before
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:
     response = client.post("/api/events", content=b'{"events": [', headers=JSON)
     assert response.status_code == 422
-    assert _dump(client) == []
+    assert dump(client) == []
 
 
 def test_oversized_body_is_413_and_stores_nothing(tmp_path: Path) -> None:
-    app = create_app(Settings(db=str(tmp_path / "o.db"), max_body_bytes=4096))
-    with TestClient(app, base_url=LOCAL) as client:
-        _post(client, [_good()])
-        before = _dump(client)
+    with collector_client(tmp_path / "o.db", max_body_bytes=4096) as client:
+        post(client, [_good()])
+        before = dump(client)
         big = [_good()] * 40  # ~20 kB
-        assert _post(client, big).status_code == 413
-        assert _dump(client) == before
+        assert post(client, big).status_code == 413
+        assert dump(client) == before
 
 
 def test_token_is_required_when_set(tmp_path: Path) -> None:
@@ -231,14 +211,14 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
         db=str(tmp_path / "t.db"), token="s3cret"
     )
     with TestClient(app, base_url=LOCAL) as client:
-        _post(client, [_good()], headers={"Authorization": "Bearer s3cret"})
-        before = _dump(client)
-        missing = _post(client, [_good()])
-        wrong = _post(client, [_good()], headers={"Authorization": "Bearer nope"})
+        post(client, [_good()], Authorization="Bearer s3cret")
+        before = dump(client)
+        missing = post(client, [_good()])
+        wrong = post(client, [_good()], Authorization="Bearer nope")
         assert (missing.status_code, wrong.status_code) == (401, 403)
         assert client.get("/api/runs").status_code == 401
         assert client.get("/health").json()["token_required"] is True
-        assert _dump(client) == before
+        assert dump(client) == before
 
 
 def test_unknown_run_is_404(client: TestClient) -> None:
@@ -254,7 +234,7 @@ def test_binding_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
 def test_late_event_of_the_old_world_does_not_flip_placement(client: TestClient) -> None:
     _ingest_resumed_run(client)
     late = dict(_good(), ts=T0 + 5)  # an 8-rank event that arrives after the resume
-    assert _post(client, [late]).status_code == 202
+    assert post(client, [late]).status_code == 202
     run = client.get("/api/runs/job").json()
     assert (run["world_size"], run["prev_world_size"]) == (4, 8)
 
@@ -265,14 +245,8 @@ def test_real_uvicorn_on_loopback(tmp_path: Path) -> None:
         assert handle.api_url.startswith("http://127.0.0.1:")
         assert post_events(handle.api_url, synthetic_events(AFTER), chunk=16) == 4 * 21
         # Ingest answers 202 after the commit: the events are readable at once.
-        assert orjson.loads(_get(handle.api_url + "/health"))["events"] == 4 * 21
-        assert orjson.loads(_get(handle.api_url + "/api/runs/job/placement"))["num_splits"] == 48
-
-
-def _get(url: str) -> bytes:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=5) as resp:
-        return bytes(resp.read())
+        assert get_json(handle.api_url + "/health")["events"] == 4 * 21
+        assert get_json(handle.api_url + "/api/runs/job/placement")["num_splits"] == 48
 
 
 def test_cli_refuses_a_public_bind_without_token(
@@ -294,8 +268,8 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         assert proc.stdout is not None
         first = proc.stdout.readline()  # printed once both parts answer
         assert first.startswith(f"Dashboard:  http://127.0.0.1:{ui_port}")
-        assert orjson.loads(_get(f"http://127.0.0.1:{port}/health"))["status"] == "ok"
-        assert b"<title>" in _get(f"http://127.0.0.1:{ui_port}/")
+        assert get_json(f"http://127.0.0.1:{port}/health")["status"] == "ok"
+        assert b"<title>" in get_bytes(f"http://127.0.0.1:{ui_port}/")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
@@ -305,9 +279,9 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
 
 def test_charts_draw_every_view(client: TestClient) -> None:
     """The dashboard's Altair specs build from real responses, also before ranks report."""
-    _post(client, synthetic_events(BEFORE))
+    post(client, synthetic_events(BEFORE))
     resumed = SyntheticRun("job", 4, 48, 20_000, 0, T0 + 31, world_size_before=8)
-    _post(client, synthetic_events(resumed))  # the resume is known, no W = 4 rank reported yet
+    post(client, synthetic_events(resumed))  # the resume is known, no W = 4 rank reported yet
     placement = client.get("/api/runs/job/placement").json()
     progress = client.get("/api/runs/job/progress").json()
     throughput = client.get("/api/runs/job/throughput").json()

@@ -1,8 +1,11 @@
 """The dashboard's script without a browser (Streamlit's AppTest): with the collector down,
-a page says so once — not also "No runs yet"."""
+a page says so once — not also "No runs yet"; and the Streamlit process's own imports."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,20 @@ def test_a_dead_collector_is_one_message(monkeypatch: pytest.MonkeyPatch) -> Non
     assert at.error[0].value.startswith("Collector unreachable at http://127.0.0.1:")
     shown = [e.value for e in [*at.info, *at.warning, *at.caption, *at.markdown]]
     assert not [text for text in shown if "No runs" in text or "no runs" in text]
+
+
+def test_the_streamlit_process_does_not_import_the_collector() -> None:
+    """Issue #17.6: the pages' modules import the client, never the collector's config (and
+    through it its store and models) for an environment variable's name."""
+    code = "import sys, dashboard.ui, dashboard.charts, dashboard.client, dashboard.placement; "
+    code += "print(sorted(m for m in sys.modules if m.startswith('dashboard.collector')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    pages = [APP, *APP.parent.glob("screens/*.py")]
+    for path in pages:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("dashboard.collector"), path
 
 
 def test_the_planner_shows_unequal_batches_shared_splits_and_the_loss_scale() -> None:

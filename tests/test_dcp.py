@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint.stateful import Stateful
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.batches import flat_ids
 from tests.net import free_port
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
@@ -43,10 +44,6 @@ def _loader(
     return StreamingDataLoader(ds, batch_size=BATCH)
 
 
-def _ids(batches: Any) -> list[int]:
-    return [i for batch in batches for i in batch["id"].tolist()]
-
-
 def _worker(rank: int, port: int, uri: str, out: str) -> None:
     """Ranks 0-1 save through a 2-rank Gloo group; then all 4 ranks resume from it."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4)
@@ -63,7 +60,7 @@ def _worker(rank: int, port: int, uri: str, out: str) -> None:
         dcp.load({"loader": dl}, checkpoint_id=f"{out}/dcp")
         skipped = dl.state_dict()["skipped"]  # before reading: the epoch's rows W=4 leaves out
         result = {
-            "ids": _ids(dl),
+            "ids": flat_ids(dl),
             "skipped": skipped,
             "version": dl.streaming_dataset.source.spec.version,
         }
@@ -78,7 +75,7 @@ def _save_half(rank: int, pair: Any, uri: str, out: str) -> None:
     version = lance.dataset(uri).version
     dl = _loader(uri, world=(rank, 2), version=version)
     it = iter(dl)
-    ids = _ids(next(it) for _ in range(BATCHES_BEFORE))
+    ids = flat_ids(next(it) for _ in range(BATCHES_BEFORE))
     states: list[Any] = [None, None]
     dist.all_gather_object(states, dl.state_dict(), group=pair)
     dcp.save({"loader": dl}, checkpoint_id=f"{out}/dcp", process_group=pair)
@@ -116,4 +113,4 @@ def test_dcp_save_on_2_ranks_resume_on_1_and_4(tmp_path: Path) -> None:
     dcp.load({"loader": dl}, checkpoint_id=f"{out}/dcp", no_dist=True)
     assert dl.state_dict()["cursors"] == state["cursors"]
     assert dl.streaming_dataset.source.spec.version == pinned
-    assert sorted(before + _ids(dl)) == list(range(NUM_ROWS))  # every saved-version row once
+    assert sorted(before + flat_ids(dl)) == list(range(NUM_ROWS))  # every saved-version row once

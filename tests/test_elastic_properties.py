@@ -124,7 +124,9 @@ def global_batches(
     plan: EpochPlan, cursors: tuple[int, ...], world: int, global_batch: int
 ) -> list[list[int]]:
     batching = Batching(None, False, global_batch)
-    ranks = [rank_batches(plan, s) for s in streams(plan.spec, plan.epoch, cursors, world, batching)]
+    ranks = [
+        rank_batches(plan, s) for s in streams(plan.spec, plan.epoch, cursors, world, batching)
+    ]
     return [sorted(row for batches in ranks for row in batches[t]) for t in range(len(ranks[0]))]
 
 
@@ -162,7 +164,9 @@ def test_global_batches_are_the_same_on_every_world_size(job: dict) -> None:
     assert set(cursors) == {cut * per_split}
     new_g = max(job["new_global_batch"], spec.num_splits * -(-second // spec.num_splits))
     want = split_slices(plan, new_g // spec.num_splits, cut * per_split)
-    new_tail = spec.num_splits * ((spec.rows_per_split - cut * per_split) % (new_g // spec.num_splits))
+    new_tail = spec.num_splits * (
+        (spec.rows_per_split - cut * per_split) % (new_g // spec.num_splits)
+    )
     if 0 < new_tail < second:
         want = want[:-1]
     assert global_batches(plan, cursors, second, new_g) == want
@@ -179,7 +183,9 @@ def test_with_w_dividing_s_the_step_layout_is_todays_split_layout() -> None:
                 b = global_batch // world
                 for rank in range(world):
                     old = SplitStream(0, cursors, spec.rows_per_split, rank, world, b, False)
-                    new = StepStream(0, cursors, spec.rows_per_split, rank, world, global_batch, False)
+                    new = StepStream(
+                        0, cursors, spec.rows_per_split, rank, world, global_batch, False
+                    )
                     assert rank_batches(plan, new) == rank_batches(plan, old)
                     assert new.cursors_after(2) == old.cursors_after(2)
 

@@ -86,7 +86,6 @@ def test_the_largest_seed_is_accepted_and_saved(arrow_rows: Any) -> None:
         ({"sampler": [0, 1]}, ValueError, r"\['sampler'\] are decided by the plan"),
         ({"batch_sampler": [[0]]}, ValueError, r"\['batch_sampler'\] are decided by the plan"),
         ({"shuffle": False}, ValueError, r"shuffle=False contradicts the dataset"),
-        ({"in_order": False}, ValueError, r"in_order=False hands out batches in the order"),
     ],
     ids=lambda v: str(v) if isinstance(v, dict) else "",
 )

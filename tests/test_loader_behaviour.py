@@ -12,13 +12,14 @@ import torch
 from loader import StreamingDataLoader, StreamingDataset, convert
 from loader.reader import BatchReader
 from loader.sources.lance import LanceRows
+from tests.batches import ids
 
 
 def batches(
     table: Any, rank: int = 0, world: int = 1, batch: int = 32, **kw: Any
 ) -> list[list[int]]:
     ds = StreamingDataset(table, num_splits=4, shuffle_clump_size=5, rank=rank, world_size=world)
-    return [b["id"].tolist() for b in StreamingDataLoader(ds, batch_size=batch, **kw)]
+    return ids(StreamingDataLoader(ds, batch_size=batch, **kw))
 
 
 def flat(batches: list[list[int]]) -> list[int]:
@@ -56,20 +57,20 @@ def test_workers_change_nothing(lance_rows: Any, kw: dict[str, Any]) -> None:
 def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
     ds = StreamingDataset(lance_rows, num_splits=4, rank=0, world_size=1)
     dl = StreamingDataLoader(ds, batch_size=50, num_workers=2, persistent_workers=True)
-    epoch0 = [b["id"].tolist() for b in dl]
-    epoch1 = [b["id"].tolist() for b in dl]  # a new `for` after a full epoch is the next epoch
+    epoch0 = ids(dl)
+    epoch1 = ids(dl)  # a new `for` after a full epoch is the next epoch
     assert sorted(flat(epoch0)) == sorted(flat(epoch1)) == list(range(600))
     assert epoch0 != epoch1
-    head = [b["id"].tolist() for b in itertools.islice(dl, 3)]
+    head = ids(itertools.islice(dl, 3))
     state = dl.state_dict()
     assert state["epoch"] == 2 and sum(state["cursors"]) == 150 and state["step"] == 3
     assert (dl.step, len(dl)) == (3, 12), "len counts the whole epoch, step the batches so far"
-    rest = [b["id"].tolist() for b in dl]  # a new `for` continues where the last one stopped
+    rest = ids(dl)  # a new `for` continues where the last one stopped
     assert sorted(flat(head + rest)) == list(range(600))
     assert (dl.step, len(dl)) == (0, 12), "a finished epoch: the next one has not started"
     dl.load_state_dict(state)
     assert (dl.step, len(dl)) == (3, 12), "a resume keeps counting the epoch's batches"
-    assert [b["id"].tolist() for b in dl] == rest
+    assert ids(dl) == rest
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
@@ -95,9 +96,7 @@ def test_set_epoch_and_state_after_the_last_batch(lance_rows: Any) -> None:
     ds.set_epoch(1)
     assert dl.state_dict()["epoch"] == 1
     fresh = StreamingDataset(lance_rows, num_splits=4, epoch=1)
-    assert [b["id"].tolist() for b in dl] == [
-        b["id"].tolist() for b in StreamingDataLoader(fresh, batch_size=64, drop_last=True)
-    ]
+    assert ids(dl) == ids(StreamingDataLoader(fresh, batch_size=64, drop_last=True))
 
 
 def test_rows_of_the_dataset_and_its_state(lance_rows: Any) -> None:
@@ -256,7 +255,7 @@ def test_lance_dataset_and_paths_are_sources_too(lance_rows: Any, parquet_rows: 
 def test_resume_reads_only_what_is_left(lance_rows: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Resuming at 90 % of the epoch reads the rest and nothing before it: no replay."""
     saved = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=60)
-    head = flat([b["id"].tolist() for b in itertools.islice(saved, 9)])
+    head = flat(ids(itertools.islice(saved, 9)))
     takes: list[int] = []
     original = LanceRows.take
 
@@ -269,6 +268,6 @@ def test_resume_reads_only_what_is_left(lance_rows: Any, monkeypatch: pytest.Mon
         StreamingDataset(lance_rows, num_splits=4, rank=1, world_size=2), batch_size=30
     )
     resumed.load_state_dict(saved.state_dict())
-    rest = flat([b["id"].tolist() for b in resumed])
+    rest = flat(ids(resumed))
     assert takes == [30], "one read of the 30 rows left to this rank, nothing replayed"
     assert len(rest) == 30 and not set(rest) & set(head)

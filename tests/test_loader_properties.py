@@ -53,7 +53,12 @@ def ids_of(batch: dict[str, Any]) -> list[int]:
 def jobs(draw: st.DrawFn) -> dict[str, Any]:
     job = draw(
         resize_jobs(
-            [1, 2, 4, 6, 7, 8, 12], max_batch=64, max_seed=1000, max_clump=50, max_epoch=2, max_world=16
+            [1, 2, 4, 6, 7, 8, 12],
+            max_batch=64,
+            max_seed=1000,
+            max_clump=50,
+            max_epoch=2,
+            max_world=16,
         )
     )
     keys = ("num_splits", "shuffle", "shuffle_seed", "shuffle_clump_size", "epoch")

@@ -8,13 +8,10 @@ run's cursors) and tokens. An older database gains the token columns on open.
 from __future__ import annotations
 
 import sqlite3
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import lancedb
-import orjson
 import pyarrow as pa
 
 from dashboard.collector.models import EventIn
@@ -22,21 +19,14 @@ from dashboard.collector.schema import SCHEMA
 from dashboard.collector.store import Store
 from dashboard.launch import start_dashboard
 from loader import StreamingDataLoader, StreamingDataset
-from tests.net import wait_until
+from tests.net import get_json, wait_until
 
 SEQ_LEN, BATCH, STEPS, SPLITS = 8, 2, 5, 4
 
 
 def _view(api: str, run: str, view: str) -> dict[str, Any]:
     """The view's JSON, or {} while the run is not known yet (404)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{api}/api/runs/{run}/{view}", timeout=5) as resp:
-            return dict(orjson.loads(resp.read()))
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return {}
-        raise
+    return dict(get_json(f"{api}/api/runs/{run}/{view}", otherwise={}))
 
 
 def _token_table(path: Path) -> Any:

@@ -15,13 +15,10 @@ import orjson
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.batches import ids
 from tests.tables import make_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state-before-progress.json"
-
-
-def ids(batches: Any) -> list[list[int]]:
-    return [b["id"].tolist() for b in batches]
 
 
 def test_a_state_written_before_the_progress_object_resumes_exactly() -> None:
@@ -141,3 +138,50 @@ def test_shuffle_seed_none_without_torch_distributed_on_several_ranks_is_refused
 ) -> None:
     with pytest.raises(ValueError, match="shuffle_seed=None picks a seed on rank 0"):
         StreamingDataset(arrow_rows, num_splits=4, shuffle_seed=None, rank=1, world_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_the_epoch_is_the_batch_in_hands_until_the_next_one(lance_rows: Any, workers: int) -> None:
+    """A loop that logs `ds.epoch` with each step labels every step of epoch 0 with 0, the
+    last one too (LitData's `current_epoch`); the state after it is epoch 1's start."""
+    ds = StreamingDataset(lance_rows, num_splits=4, shuffle_seed=3)
+    dl = StreamingDataLoader(ds, batch_size=64, num_workers=workers)
+    for epoch in range(2):
+        labels = [(ds.epoch, dl.step) for _ in dl]
+        assert labels == [(epoch, step) for step in range(1, 11)], labels
+        state = dl.state_dict()
+        assert (state["epoch"], state["step"], set(state["cursors"])) == (epoch + 1, 0, {0})
+    assert len(dl) == 10  # the next epoch's batches: the position's epoch
+
+
+def test_skipping_a_range_of_steps_at_a_resume_reads_every_other_row_once(
+    lance_rows: Any,
+) -> None:
+    """Megatron's --skip-train-iteration-range: resume, jump over global steps [12, 15)
+    (a loss spike's data), which are counted in the state; every other row once, on any W."""
+    full = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), global_batch_size=64)
+    steps = ids(full)  # 10 steps of one epoch, the last one short (600 rows)
+    ranks = []
+    for rank in range(3):  # resume on 3 ranks, as a loss-spike restart on fewer GPUs would
+        ds = StreamingDataset(lance_rows, num_splits=4, rank=rank, world_size=3)
+        dl = StreamingDataLoader(ds, global_batch_size=64)
+        dl.skip_steps(3, 6)
+        ranks.append(dl)
+    got = [ids(dl) for dl in ranks]
+    assert {len(g) for g in got} == {7}, "the same number of steps on every rank"
+    per_step = [sorted(i for g in got for i in g[t]) for t in range(7)]
+    assert per_step == [sorted(s) for s in steps[:3] + steps[6:]]
+    state = ranks[0].state_dict()
+    assert state["epoch"] == 1 and state["steps_skipped"] == [[3, 6, 192]]
+    with pytest.raises(ValueError, match="behind the position"):
+        ranks[0].skip_steps(0, 5)
+
+
+def test_a_skip_in_the_middle_of_a_loop_and_past_the_epoch_end(lance_rows: Any) -> None:
+    dl = StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=64)
+    whole = ids(StreamingDataLoader(StreamingDataset(lance_rows, num_splits=4), batch_size=64))
+    dl.skip_steps(8, 12)  # the last 2 steps of epoch 0 and the first 2 of epoch 1
+    assert ids(dl) == whole[:8]
+    second = ids(dl)
+    assert len(second) == 8 and dl.global_step == 20
+    assert dl.state_dict()["steps_skipped"] == [[8, 10, 88], [10, 12, 128]]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.prefetch import MIN_ROWS_PER_PART, auto_reads_in_flight, parts_of
+from tests.batches import ids
 from tests.netproxy import FaultProxy, Faults
 from tests.object_store import S3Server
 from tests.tables import lancedb_table, make_rows
@@ -33,10 +34,6 @@ def _loader(table: Any, **kw: Any) -> StreamingDataLoader:
     return StreamingDataLoader(ds, batch_size=BATCH, **{"read_size": READ, **kw})
 
 
-def _ids(loader: StreamingDataLoader) -> list[list[int]]:
-    return [b["id"].tolist() for b in loader]
-
-
 @pytest.fixture(scope="module")
 def big_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Large enough that a read of 2,048 rows is cut into two sub-reads in a worker."""
@@ -45,13 +42,13 @@ def big_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.slow
 def test_batches_and_state_are_the_same_for_any_reads_in_flight(big_table: Any) -> None:
-    reference = _ids(_loader(big_table, reads_in_flight=0))
+    reference = ids(_loader(big_table, reads_in_flight=0))
     assert sorted(itertools.chain(*reference)) == list(range(ROWS))
     for kw in ({"reads_in_flight": 1}, {"reads_in_flight": 2}, {"reads_in_flight": 8}, {}):
-        assert _ids(_loader(big_table, **kw)) == reference, kw
+        assert ids(_loader(big_table, **kw)) == reference, kw
     # in workers each read of 2,048 rows is two sub-reads of 1,024 run at once
     assert len(parts_of(READ, 4)) == 2
-    assert _ids(_loader(big_table, num_workers=2, reads_in_flight=4)) == reference
+    assert ids(_loader(big_table, num_workers=2, reads_in_flight=4)) == reference
 
     states = []
     for r in (1, 8):
@@ -125,10 +122,10 @@ def test_cut_requests_are_retried_and_every_row_comes_once(
     one_batch_reads = {"storage_options": options, "reads_in_flight": 4, "read_size": BATCH}
     dl = _loader(_open(s3_table, options), **one_batch_reads)
     start = dl.state_dict()
-    reference = _ids(dl)  # a clean run (the reader opened the table then)
+    reference = ids(dl)  # a clean run (the reader opened the table then)
     proxy.faults = Faults(drop_every=2)
     dl.load_state_dict(start)  # the same epoch again, through a proxy that cuts requests
-    got = _ids(dl)
+    got = ids(dl)
     assert proxy.counts.dropped > 0, "the proxy did cut requests"
     assert got == reference
     assert sorted(itertools.chain(*got)) == list(range(3000))
@@ -143,7 +140,7 @@ def test_a_store_that_keeps_failing_raises_naming_the_uri_after_whole_batches_on
         _open(s3_table, options), storage_options=options, read_size=BATCH, reads_in_flight=1
     )
     start = dl.state_dict()
-    reference = _ids(dl)
+    reference = ids(dl)
     dl.load_state_dict(start)
     it = iter(dl)
     received = [next(it)["id"].tolist()]

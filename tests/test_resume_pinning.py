@@ -26,6 +26,7 @@ from loader.checkpoint import CheckpointError, restore
 from loader.inspect import print_inspect
 from loader.sources import PinnedVersionGoneError
 from loader.sources.arrow import legacy_table_fingerprint
+from tests.batches import flat_ids
 
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 1200, 8, 32, 9
 
@@ -43,13 +44,9 @@ def _loader(source: Any, **kwargs: Any) -> StreamingDataLoader:
     return StreamingDataLoader(StreamingDataset(source, **options), batch_size=BATCH)
 
 
-def _ids(batches: Any) -> list[int]:
-    return [i for batch in batches for i in batch["id"].tolist()]
-
-
 def _read_then_save(dl: StreamingDataLoader, path: Path) -> list[int]:
     it = iter(dl)
-    ids = _ids(next(it) for _ in range(BATCHES_BEFORE))
+    ids = flat_ids(next(it) for _ in range(BATCHES_BEFORE))
     checkpoint.save(dl.state_dict(), path)
     return ids
 
@@ -92,7 +89,7 @@ def test_lancedb_resume_reads_pinned_rows_after_append_and_delete(
     restore(dl, path)  # ...and the checkpoint moves it back to the pinned one
     assert dl.streaming_dataset.source.spec.version == pinned
     expected = [i for i in range(NUM_ROWS) if filter is None or i % 5 != 3]
-    assert sorted(before + _ids(dl)) == expected  # each pinned row once, nothing appended
+    assert sorted(before + flat_ids(dl)) == expected  # each pinned row once, nothing appended
 
 
 def test_lance_dataset_resume_reads_pinned_rows(tmp_path: Path) -> None:
@@ -104,19 +101,19 @@ def test_lance_dataset_resume_reads_pinned_rows(tmp_path: Path) -> None:
 
     dl = _loader(lance.dataset(uri))
     restore(dl, path)
-    assert sorted(before + _ids(dl)) == list(range(NUM_ROWS))
+    assert sorted(before + flat_ids(dl)) == list(range(NUM_ROWS))
 
 
 def test_resume_matches_an_uninterrupted_run_and_torch_save_works(db: str, tmp_path: Path) -> None:
-    whole = _ids(_loader(_table(db)))
+    whole = flat_ids(_loader(_table(db)))
     dl = _loader(_table(db))
     it = iter(dl)
-    head = _ids(next(it) for _ in range(BATCHES_BEFORE))
+    head = flat_ids(next(it) for _ in range(BATCHES_BEFORE))
     torch.save(dl.state_dict(), tmp_path / "state.pt")  # the plain dict, no file format
 
     resumed = _loader(_table(db))
     resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
-    assert head + _ids(resumed) == whole
+    assert head + flat_ids(resumed) == whole
 
 
 @pytest.mark.filterwarnings("ignore:optimize.cleanup_older_than=0.:UserWarning")
@@ -154,7 +151,7 @@ def test_tagged_version_survives_cleanup(db: str, tmp_path: Path) -> None:
 
     dl = _loader(_table(db))
     restore(dl, path)
-    assert sorted(before + _ids(dl)) == list(range(NUM_ROWS))
+    assert sorted(before + flat_ids(dl)) == list(range(NUM_ROWS))
 
 
 # ---------------------------------------------------------------- fingerprints
@@ -277,7 +274,7 @@ def test_damaged_file_never_resumes(db: str, tmp_path: Path, damage: str) -> Non
     dl = _loader(_table(db))
     with pytest.raises(CheckpointError, match=str(path)):
         restore(dl, path)
-    assert sorted(_ids(dl)) == list(range(NUM_ROWS))  # a fresh epoch, not a guessed position
+    assert sorted(flat_ids(dl)) == list(range(NUM_ROWS))  # a fresh epoch, not a guessed position
 
 
 # ---------------------------------------------------------------- identity (issue 10: 1, 2, 4, 17)
@@ -304,12 +301,12 @@ def test_state_without_version_id_still_loads(db: str, tmp_path: Path) -> None:
     """States written before `version_id` existed skip that one check (documented)."""
     dl = _loader(_table(db))
     it = iter(dl)
-    head = _ids(next(it) for _ in range(BATCHES_BEFORE))
+    head = flat_ids(next(it) for _ in range(BATCHES_BEFORE))
     state = dl.state_dict()
     del state["source"]["version_id"]
     resumed = _loader(_table(db))
     resumed.load_state_dict(state)
-    assert sorted(head + _ids(resumed)) == list(range(NUM_ROWS))
+    assert sorted(head + flat_ids(resumed)) == list(range(NUM_ROWS))
 
 
 def test_uri_is_absolute_and_another_working_directory_is_refused(

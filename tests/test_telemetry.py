@@ -7,26 +7,23 @@ collector refuses, hangs or rejects must take well under a second in total, one
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import http.server
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
 
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader.telemetry import TelemetryClient, TelemetryWarning, _field
+from tests.net import get_json, serving, wait_until
 
 STATIC: dict[str, Any] = {
     "rank": 1,
@@ -60,19 +57,6 @@ def _refused_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _get(url: str) -> Any:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=5) as resp:
-        return orjson.loads(resp.read())
-
-
-def _wait_until(check: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        threading.Event().wait(0.02)  # let the sender thread run; the deadline bounds it
-
-
 def test_events_reach_the_collector(collector: DashboardHandle) -> None:
     client = TelemetryClient(collector.api_url, "run-a", STATIC, interval_s=0.05, timeout_s=10)
     cursors = [0] * 8
@@ -83,17 +67,17 @@ def test_events_reach_the_collector(collector: DashboardHandle) -> None:
     client.event("checkpoint_saved", path=Path("/ck/1.json"), step=np.int64(9), epoch=0)
     client.close()
     assert client.dropped == 0 and client.sent >= 2
-    placement = _get(collector.api_url + "/api/runs/run-a/placement")
+    placement = get_json(collector.api_url + "/api/runs/run-a/placement")
     [rank] = placement["current"]["ranks"]
     assert (rank["rank"], rank["splits"], rank["cursors"]) == (1, [4, 8], [9, 9, 9, 9])
     assert rank["host"] == "test-host"
-    [saved] = _get(collector.api_url + "/api/runs/run-a/events?kind=checkpoint_saved")["data"]
+    [saved] = get_json(collector.api_url + "/api/runs/run-a/events?kind=checkpoint_saved")["data"]
     assert (saved["kind"], saved["step"], saved["data"]) == (
         "checkpoint_saved",
         9,
         {"path": "/ck/1.json"},
     )
-    series = _get(collector.api_url + "/api/runs/run-a/throughput?window_s=60")
+    series = get_json(collector.api_url + "/api/runs/run-a/throughput?window_s=60")
     assert series["count"] >= 1
 
 
@@ -117,7 +101,7 @@ def test_a_bad_collector_costs_one_warning_and_no_time(
             for _ in range(20_000):
                 client.on_batch(4, 0.0)
             assert time.perf_counter() - start < 1.0
-            _wait_until(lambda: client.dropped > 0)
+            wait_until(lambda: client.dropped > 0, 10, "a dropped event")
             for _ in range(100):
                 client.event("epoch_end", epoch=0)
             start = time.perf_counter()
@@ -185,15 +169,8 @@ def test_a_discrete_event_goes_out_at_once(collector: DashboardHandle) -> None:
     client = TelemetryClient(collector.api_url, "run-d", STATIC, interval_s=60, timeout_s=10)
     client.event("checkpoint_saved", step=7, epoch=0)
     url = collector.api_url + "/api/runs/run-d/timeline"
-    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
+    wait_until(lambda: get_json(url, otherwise={}).get("count") == 1, 10, "the event")
     client.close()
-
-
-def _get_or_none(url: str) -> Any:
-    try:
-        return _get(url)
-    except OSError:  # 404 until the first event of the run lands
-        return None
 
 
 def test_a_dropped_loader_ends_its_sender(collector: DashboardHandle) -> None:
@@ -209,8 +186,8 @@ def test_a_dropped_loader_ends_its_sender(collector: DashboardHandle) -> None:
     del loader
     gc.collect()
     url = collector.api_url + "/api/runs/run-e/placement"
-    _wait_until(lambda: _get_or_none(url) is not None)  # the final flush, long before 60 s
-    _wait_until(lambda: client.sent == 2)  # the final progress event and `closed`
+    wait_until(lambda: get_json(url, otherwise=None), 10, "the final flush, long before 60 s")
+    wait_until(lambda: client.sent == 2, 10, "the final progress event and `closed`")
 
 
 # --- issue #10 items 11 and 21, issue #14 item 1 -----------------------------------------
@@ -236,17 +213,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def _recording_server(status: int, location: str = "") -> Iterator[http.server.HTTPServer]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.seen, server.answer = [], (status, location)  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def _recording_server(status: int, location: str = "") -> Any:
+    return serving(_Recorder, seen=[], answer=(status, location))
 
 
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
@@ -258,7 +226,7 @@ def test_the_token_never_follows_a_redirect(code: int) -> None:
         with _recording_server(code, target) as redirector:
             url = f"http://127.0.0.1:{redirector.server_address[1]}"
             client = TelemetryClient(url, "run-r", STATIC, token="s3cret", interval_s=0.02)
-            _wait_until(lambda: client.dropped > 0)
+            wait_until(lambda: client.dropped > 0, 10, "a dropped event")
             client.close()
             assert redirector.seen  # the collector URL got the events (with its token)...
         assert other.seen == []  # ...and nothing, token or not, reached the other origin
@@ -282,7 +250,7 @@ def test_close_sends_a_closed_event(collector: DashboardHandle) -> None:
     client = TelemetryClient(collector.api_url, "run-f", STATIC, interval_s=60, timeout_s=10)
     client.set_snapshot(lambda: {"epoch": 2, "step": 40, "splits": [4, 8], "cursors": [0] * 4})
     client.close()
-    [closed] = _get(collector.api_url + "/api/runs/run-f/events?kind=closed")["data"]
+    [closed] = get_json(collector.api_url + "/api/runs/run-f/events?kind=closed")["data"]
     assert (closed["rank"], closed["epoch"], closed["step"]) == (1, 2, 40)
     assert closed["data"] == {"reason": "close"}
 
@@ -315,7 +283,7 @@ def test_exit_is_bounded_across_clients_and_sends_closed(
     start = time.monotonic()
     assert proc.wait(30) == 0
     assert time.monotonic() - start < 4.0  # the 2 s budget plus interpreter teardown
-    [closed] = _get(collector.api_url + "/api/runs/run-x/events?kind=closed")["data"]
+    [closed] = get_json(collector.api_url + "/api/runs/run-x/events?kind=closed")["data"]
     assert closed["data"] == {"reason": "exit"}
 
 
@@ -344,5 +312,5 @@ def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
     del loader
     gc.collect()
     url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
-    _wait_until(lambda: (_get_or_none(url) or {}).get("count") == 1)
-    _wait_until(lambda: not client._thread.is_alive())  # and its sender has ended
+    wait_until(lambda: get_json(url, otherwise={}).get("count") == 1, 10, "the event")
+    wait_until(lambda: not client._thread.is_alive(), 10, "the sender's end")

@@ -9,30 +9,23 @@ send nothing.
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import lancedb
 import numpy as np
-import orjson
 import pyarrow as pa
 import pytest
 import torch.distributed.checkpoint as dcp
 
 from dashboard.launch import start_dashboard
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
-from tests.net import wait_until
+from tests.net import get_json, wait_until
 
 
 def _events(api: str, run: str) -> list[dict[str, Any]]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     url = f"{api}/api/runs/{run}/events?kind=checkpoint_saved"
-    try:
-        with opener.open(url, timeout=2) as resp:
-            return list(orjson.loads(resp.read())["data"])
-    except OSError:
-        return []
+    return list(get_json(url, 2, otherwise={"data": []})["data"])
 
 
 @pytest.mark.slow

@@ -11,14 +11,19 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard.collector.status import Health
 from dashboard.collector.store import Retention
+from dashboard.env import (
+    ENV_ALLOWED_HOSTS,
+    ENV_DB,
+    ENV_HOST,
+    ENV_KEEP_DAYS,
+    ENV_KEEP_RUNS,
+    ENV_STALL_AFTER_S,
+    ENV_TOKEN,
+)
 
-ENV_DB = "ELASTIC_LOADER_DASHBOARD_DB"
-ENV_TOKEN = "ELASTIC_LOADER_DASHBOARD_TOKEN"
-ENV_HOST = "ELASTIC_LOADER_DASHBOARD_HOST"
-ENV_ALLOWED_HOSTS = "ELASTIC_LOADER_DASHBOARD_ALLOWED_HOSTS"
-ENV_KEEP_RUNS = "ELASTIC_LOADER_DASHBOARD_KEEP_RUNS"
-ENV_KEEP_DAYS = "ELASTIC_LOADER_DASHBOARD_KEEP_DAYS"
+__all__ = ["ENV_DB", "ENV_HOST", "ENV_TOKEN", "Settings", "is_loopback"]
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
@@ -53,7 +58,8 @@ class Settings(BaseModel):
     allowed). Retention keeps the `keep_runs` most recently active runs and drops runs
     silent for `keep_days`; events older than `keep_days` are refused, and at most
     `new_runs_per_minute` runs may start in any minute (so spam cannot flush real runs out);
-    raw samples are kept `keep_samples_s` per run (see `store.Retention`).
+    raw samples are kept `keep_samples_s` per run (see `store.Retention`). A rank that
+    reports but has not stepped for `stall_after_s` seconds is stalled (`status.Health`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -68,6 +74,7 @@ class Settings(BaseModel):
     max_clock_skew_s: float = Field(default=300.0, ge=0)
     keep_samples_s: float = Field(default=6 * 3600.0, ge=20_000)
     new_runs_per_minute: int = Field(default=60, ge=1)
+    stall_after_s: float = Field(default=Health.no_step_s, gt=0)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -78,12 +85,16 @@ class Settings(BaseModel):
             allowed_hosts=_names(os.environ.get(ENV_ALLOWED_HOSTS, "")),
             keep_runs=int(_env_number(ENV_KEEP_RUNS, "100")),
             keep_days=_env_number(ENV_KEEP_DAYS, "30"),
+            stall_after_s=_env_number(ENV_STALL_AFTER_S, str(Health.no_step_s)),
         )
 
     def retention(self) -> Retention:
         return Retention(
             self.keep_runs, self.keep_days, self.keep_samples_s, self.new_runs_per_minute
         )
+
+    def health(self) -> Health:
+        return Health(no_step_s=self.stall_after_s)
 
     def check_bind(self) -> None:
         """Binding beyond loopback without a token would let anyone write into the DB."""

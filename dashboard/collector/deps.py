@@ -17,7 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.collector.config import Settings
 from dashboard.collector.models import ErrorPublic
+from dashboard.collector.status import Health
 from dashboard.collector.store import Store
+from dashboard.collector.throughput import SettledBands
 
 _open_lock = threading.Lock()
 _bearer = HTTPBearer(auto_error=False)
@@ -41,6 +43,21 @@ async def get_store(request: Request, settings: SettingsDep) -> Store:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
+
+
+async def get_health(settings: SettingsDep) -> Health:
+    return settings.health()
+
+
+HealthDep = Annotated[Health, Depends(get_health)]
+
+
+async def get_bands(request: Request) -> SettledBands:
+    bands: SettledBands = request.app.state.bands
+    return bands
+
+
+BandsDep = Annotated[SettledBands, Depends(get_bands)]
 
 
 async def require_token(

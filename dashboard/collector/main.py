@@ -18,7 +18,8 @@ from fastapi.exceptions import RequestValidationError
 
 from dashboard.collector.config import Settings
 from dashboard.collector.guard import GuardMiddleware
-from dashboard.collector.routes import events, health, runs
+from dashboard.collector.routes import events, health, metrics, runs
+from dashboard.collector.throughput import SettledBands
 
 
 @asynccontextmanager
@@ -54,6 +55,22 @@ async def _invalid(request: Request, exc: Exception) -> Response:
     return Response(body, 422, media_type="application/json")
 
 
+def _optional_auth(app: FastAPI, settings: Settings) -> None:
+    """Without a token the bearer is optional: say so in OpenAPI (an empty requirement
+    beside it), so generated clients and fuzzers do not expect a 401."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operation in (op for path in schema["paths"].values() for op in path.values()):
+                if settings.token is None and "security" in operation:
+                    operation["security"] = [*operation["security"], {}]
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The collector for `settings` (default: from the environment); see `config.Settings`."""
     settings = settings or Settings.from_env()
@@ -61,9 +78,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="elastic-loader collector", version="1", lifespan=_lifespan)
     app.state.settings = settings
     app.state.store = None
+    app.state.bands = SettledBands()  # the throughput view's cache: this app's, not the process's
     app.add_middleware(GuardMiddleware, settings=settings)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.include_router(health.router)
     app.include_router(events.router, max_body_size=settings.max_body_bytes)
     app.include_router(runs.router)
+    app.include_router(metrics.router)
+    _optional_auth(app, settings)
     return app

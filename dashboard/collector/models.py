@@ -50,7 +50,23 @@ DataValue = Annotated[
     Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)], BeforeValidator(_int64)
 ]
 # Any printable text but '/', which could not be one URL path segment (same rule as the client).
-RunId = Annotated[Text, Field(pattern=RUN_ID_PATTERN)]
+# (The constraints before the validator: after it, pydantic leaves `pattern` out of the schema.)
+RunId = Annotated[
+    str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128), AfterValidator(_utf8)
+]
+
+
+CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema cannot state \
+them), each a 422 naming the rule:
+
+- `rank` < `world_size`;
+- `world_size` fits `num_splits` and `global_batch_size` G (`loader.layout.fit_reason`): with G a multiple of S any W <= G; otherwise, and from clients that send no G, W divides S (and G);
+- `splits`, when sent, is `loader.layout.owned_splits(rank, W, S, G)`: `[rank * S / W, (rank + 1) * S / W]` where W divides S, else the splits the rank's slice of each step touches (the ones it shares at its edges included);
+- `cursors`, when sent, has one entry per split in `splits`;
+- `ts` lies in [now - keep_days, now + max_clock_skew_s] on the collector's clock;
+- one request carries events of at most 8 run ids.
+
+And one the store checks against what it holds (409): a run's `num_splits` never changes."""
 
 
 class EventIn(BaseModel):
@@ -64,7 +80,14 @@ class EventIn(BaseModel):
     run's S is the store's check.)
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        json_schema_extra={
+            "description": "One telemetry event of one rank.\n\n" + CROSS_FIELD_RULES
+        },
+    )
 
     run_id: RunId
     kind: Annotated[str, Field(pattern=KIND_PATTERN)]
@@ -173,18 +196,23 @@ class RunsPublic(BaseModel):
 
 
 class RankStatePublic(BaseModel):
-    """running, stalled, crashed or closed; `silent_s` since its last report."""
+    """running, stalled, crashed or closed; `silent_s` since its last report, `no_step_s`
+    since its step last moved; `why` a rank is stalled or crashed: `silent`, `no step` or
+    `error` (its `closed` said the process ended on an uncaught exception of type `error`)."""
 
     rank: int
     state: str
     silent_s: float
     last_ts: float
     global_step: int | None
+    why: str | None = None
+    error: str | None = None
+    no_step_s: float = 0.0
 
 
 class StatusPublic(BaseModel):
     """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
-    lists the silent ranks (worst first, at most 64), `counts` all of them by state."""
+    lists the stalled and crashed ranks (worst first, at most 64), `counts` all of them by state."""
 
     state: str
     resumed: bool
@@ -288,6 +316,7 @@ class ProgressPublic(BaseModel):
     run_id: str
     state: str
     epoch: int | None
+    epochs_done: int | None  # epochs every reporting rank completed
     global_step: int | None
     job: JobProgressPublic
     rows_per_split: int

@@ -47,6 +47,14 @@ ADDED_COLUMNS = (
     ("ranks", "blocks_per_split", "INTEGER"),
     ("samples", "tokens", "INTEGER"),
     ("rollup", "tokens", "INTEGER"),
+    # run health: when the rank's position last moved, its interval before the last (a
+    # single long gap must not stretch the thresholds), the epochs it reported ended and the
+    # step it stood at then; the run's latest resume (on any W)
+    ("ranks", "step_ts", "REAL"),
+    ("ranks", "prev_interval_s", "REAL"),
+    ("ranks", "epochs_done", "INTEGER"),
+    ("ranks", "end_step", "INTEGER"),
+    ("runs", "resumed_ts", "REAL"),
     # the global batch G the rank reads with: with the split count, who reads which part of
     # a split that ranks share (loader.layout); NULL from clients older than it
     ("ranks", "global_batch_size", "INTEGER"),

@@ -30,61 +30,22 @@ import orjson
 
 from dashboard.collector.models import EventIn
 from dashboard.collector.schema import SCHEMA, TABLES, add_columns, connect
-from loader.wire import CLOSED, PROGRESS
+from dashboard.collector.writes import (
+    EPOCH_ENDED,
+    INSERT_EVENT,
+    INSERT_SAMPLE,
+    NEW_WORLD,
+    UPSERT_RANK,
+    UPSERT_ROLLUP,
+    UPSERT_RUN,
+    run_row,
+)
+from loader.wire import CHECKPOINT_LOADED, CHECKPOINT_SAVED, CLOSED, EPOCH_END, PROGRESS
 
 ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
-
-UPSERT_RUN = """
-INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
-  world_size, world_since, events, total_epochs, total_steps, seq_len)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
-  total_epochs = coalesce(excluded.total_epochs, total_epochs),
-  total_steps = coalesce(excluded.total_steps, total_steps),
-  seq_len = coalesce(excluded.seq_len, seq_len),
-  last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
-  rows_per_split = excluded.rows_per_split,
-  batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
-"""
-# A new world size starts a generation only if it is newer than the current one began:
-# a late event of the old world must not flip the placement back.
-NEW_WORLD = """
-UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
-WHERE run_id = ? AND world_size != ? AND world_since < ?
-"""
-UPSERT_RANK = """
-INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
-  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split,
-  global_batch_size)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, world_size, rank) DO UPDATE SET ts = excluded.ts, host = excluded.host,
-  local_rank = excluded.local_rank, num_workers = excluded.num_workers,
-  epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
-  hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
-  rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
-  interval_s = excluded.interval_s, tokens = excluded.tokens,
-  blocks_per_split = excluded.blocks_per_split,
-  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
-  WHERE excluded.ts >= ranks.ts
-"""
-INSERT_SAMPLE = """
-INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-UPSERT_ROLLUP = """
-INSERT INTO rollup (run_id, rank, bucket, rows, batches, wait_s, interval_s, tokens)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
-  batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
-  interval_s = interval_s + excluded.interval_s,
-  tokens = CASE WHEN excluded.tokens IS NULL THEN tokens
-    ELSE coalesce(tokens, 0) + excluded.tokens END
-"""
-INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
-INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 @dataclass(frozen=True)
@@ -98,6 +59,28 @@ class Retention:
     keep_days: float = 30.0
     keep_samples_s: float = 6 * 3600.0
     new_runs_per_minute: int = 60
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A rank's `closed` event: when, why (`loader/wire.py`'s reasons) and, for an error,
+    the exception's type."""
+
+    ts: float
+    reason: str | None
+    error: str | None = None
+    rank: int = -1
+
+    @classmethod
+    def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
+        said = orjson.loads(data) if data else {}
+        reason, error = said.get("reason"), said.get("error")
+        return cls(
+            float(ts),
+            reason if isinstance(reason, str) else None,
+            error if isinstance(error, str) else None,
+            int(rank),
+        )
 
 
 class RunConflict(ValueError):
@@ -145,24 +128,23 @@ class Store:
 
         Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
         """
-        runs: dict[str, list[Any]] = {}
-        last_world: dict[str, int] = {}
-        worlds, ranks, samples, rollup, discrete = [], [], [], [], []
+        runs: dict[str, dict[str, Any]] = {}
+        worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
         for e in sorted(events, key=lambda e: e.ts):
             run = runs.get(e.run_id)
             if run is None:
-                runs[e.run_id] = [e.run_id, e.ts, e.ts, e.num_splits, e.rows_per_split]
-                runs[e.run_id] += [e.batch_size, e.world_size, e.ts, 0, None, None, None]
-                run = runs[e.run_id]
-            elif run[3] != e.num_splits:
-                raise RunConflict(_conflict(e.run_id, run[3], e.num_splits))
-            run[2], run[8] = e.ts, run[8] + 1
-            run[9] = e.total_epochs if e.total_epochs is not None else run[9]
-            run[10] = e.total_steps if e.total_steps is not None else run[10]
-            run[11] = e.seq_len if e.seq_len is not None else run[11]
-            if last_world.get(e.run_id) != e.world_size:
-                last_world[e.run_id] = e.world_size
+                run = runs[e.run_id] = run_row(e)
+            elif run["num_splits"] != e.num_splits:
+                raise RunConflict(_conflict(e.run_id, run["num_splits"], e.num_splits))
+            run["last_ts"], run["events"] = e.ts, run["events"] + 1
+            for key in ("total_epochs", "total_steps", "seq_len"):
+                run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
+            if e.kind == CHECKPOINT_LOADED:
+                run["resumed_ts"] = e.ts
                 worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
+            if e.kind == EPOCH_END and e.epoch is not None:
+                step = e.global_step if e.global_step is not None else e.step
+                ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.rank))
             if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
@@ -173,7 +155,9 @@ class Store:
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
-            ranks.append((*where, *position, e.interval_s or None, *packed, e.global_batch_size))
+            ranks.append(
+                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
+            )
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
@@ -187,6 +171,7 @@ class Store:
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
+                conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
                 conn.executemany(INSERT_SAMPLE, samples)
                 conn.executemany(UPSERT_ROLLUP, rollup)
                 conn.executemany(INSERT_EVENT, discrete)
@@ -200,14 +185,14 @@ class Store:
         return len(events)
 
     @staticmethod
-    def _check_runs(conn: sqlite3.Connection, runs: dict[str, list[Any]]) -> int:
+    def _check_runs(conn: sqlite3.Connection, runs: dict[str, dict[str, Any]]) -> int:
         """Refuse events whose S is not their run's; how many runs the batch starts."""
         marks = ",".join("?" * len(runs))
         sql = f"SELECT run_id, num_splits FROM runs WHERE run_id IN ({marks})"
         known = dict(conn.execute(sql, list(runs)).fetchall())
         for run_id, num_splits in known.items():
-            if num_splits != runs[run_id][3]:
-                raise RunConflict(_conflict(run_id, num_splits, runs[run_id][3]))
+            if num_splits != runs[run_id]["num_splits"]:
+                raise RunConflict(_conflict(run_id, num_splits, runs[run_id]["num_splits"]))
         return len(runs) - len(known)
 
     def _count_new_runs(self, new: int) -> None:
@@ -330,18 +315,41 @@ class Store:
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
 
-    def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, float]:
-        """Rank → time of its latest `closed` event (sent by `close()` and at exit) at or
-        after `since` (the events index makes that a short range, not the run's events)."""
+    def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
+        """Rank → its latest `closed` event (sent by `close()` and at exit) at or after
+        `since` (the events index makes that a short range, not the run's events)."""
         rows = self.query(
-            "SELECT rank, max(ts) AS ts FROM events WHERE run_id = ? AND ts >= ? "
+            "SELECT rank, max(ts) AS ts, data FROM events WHERE run_id = ? AND ts >= ? "
             "AND world_size = ? AND kind = ? GROUP BY rank",
             run_id,
             since,
             world_size,
             CLOSED,
         )
-        return {int(row["rank"]): float(row["ts"]) for row in rows}
+        return {int(row["rank"]): Closed.of(row["ts"], row["data"]) for row in rows}
+
+    def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
+        """The `closed` events of any world in [since, until): who closed before a resume."""
+        rows = self.query(
+            "SELECT rank, ts, data FROM events WHERE run_id = ? AND ts >= ? AND ts < ? "
+            "AND kind = ?",
+            run_id,
+            since,
+            until,
+            CLOSED,
+        )
+        return [Closed.of(row["ts"], row["data"], row["rank"]) for row in rows]
+
+    def last_active(self, run_id: str, until: float) -> sqlite3.Row | None:
+        """The latest sample before `until` in which a rank handed out batches (the index
+        on (run_id, ts) read backwards: it stops at the first match)."""
+        rows = self.query(
+            "SELECT ts, rank FROM samples WHERE run_id = ? AND ts < ? AND batches > 0 "
+            "ORDER BY ts DESC LIMIT 1",
+            run_id,
+            until,
+        )
+        return rows[0] if rows else None
 
     def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
         """Per rank of the world: rows, tokens (packed data, else NULL), wait and covered
@@ -360,12 +368,23 @@ class Store:
     def heartbeats(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
         """Each rank's last report: when, its send interval and position (no cursors)."""
         rows = self.query(
-            "SELECT rank, ts, interval_s, epoch, step, global_step FROM ranks "
+            "SELECT rank, ts, interval_s, prev_interval_s, epoch, step, global_step, step_ts, "
+            "epochs_done, end_step FROM ranks "
             "WHERE run_id = ? AND world_size = ? ORDER BY rank",
             run_id,
             world_size,
         )
         return [dict(row) for row in rows]
+
+    def checkpoints_saved(self, run_id: str) -> int:
+        """Checkpoints saved in the run, folded across ranks (one per step and world size)."""
+        rows = self.query(
+            "SELECT count(*) FROM (SELECT DISTINCT coalesce(global_step, step), world_size "
+            "FROM events WHERE run_id = ? AND kind = ?)",
+            run_id,
+            CHECKPOINT_SAVED,
+        )
+        return int(rows[0][0])
 
     def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
         """Discrete events but `closed`, folded across ranks: one row per kind, epoch, step
@@ -385,11 +404,6 @@ class Store:
         """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""
         rows = self.query("SELECT DISTINCT bucket FROM rollup WHERE run_id = ?", run_id)
         return sorted(int(row[0]) for row in rows)
-
-    def size_bytes(self) -> int:
-        """The database's size on disk: pages in use times the page size (WAL not counted)."""
-        row = self.query("SELECT page_count * page_size FROM pragma_page_count, pragma_page_size")
-        return int(row[0][0])
 
     def close(self) -> None:
         with self._lock:

@@ -1,31 +1,27 @@
 """Turn stored rows into what the dashboard draws; each function answers one endpoint.
 
 Kept apart from `store.py` (SQL only) and the routes (HTTP only) so the shaping — who owns
-which split, epoch %, ETA, stragglers, resume labels — is plain Python that tests can call.
+which split, epoch %, ETA, resume labels — is plain Python that tests can call (the
+throughput view, with its cache, is `throughput.py`).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import statistics
 from typing import Any
 
-import numpy as np
-
-from dashboard.collector.status import public, ranks_text, run_status
+from dashboard.collector.status import (
+    DEFAULT_HEALTH,
+    Health,
+    completed_epochs,
+    public,
+    ranks_text,
+    run_status,
+)
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import RankRate, layout_of, rank_shares, stragglers
+from dashboard.placement import layout_of, rank_shares
 from loader import wire
 from loader.layout import fit_reason, supported_world_sizes, uses_steps
-
-MAX_POINTS = 2000
-STRAGGLER_WINDOW_S = 30.0
-SAMPLE_BUDGET = 40_000  # per-second sample rows one throughput query may group
-SETTLED_S = 30.0  # buckets this much older than the last report are final (and cached)
-_SETTLED: dict[tuple[Any, ...], dict[str, Any]] = {}
-SLOWEST = 5
-INPUT_BOUND = 0.10  # a loop that waits for data this share of its step time is input-bound
 
 
 def gpu_labels(ranks: list[dict[str, Any]]) -> dict[int, int]:
@@ -63,11 +59,11 @@ def global_batch(ranks: list[dict[str, Any]]) -> int | None:
     return max((r["global_batch_size"] for r in ranks if r.get("global_batch_size")), default=None)
 
 
-def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH) -> dict[str, Any]:
     """Current split → rank layout and, after a resume on another W, the one before."""
     prev = run["prev_world_size"]
     ranks = store.ranks(run["run_id"], run["world_size"])
-    status = run_status(store, run, ranks)
+    status = run_status(store, run, ranks, health)
     num_splits, batch = run["num_splits"], global_batch(ranks)
     return {
         "run_id": run["run_id"],
@@ -81,6 +77,15 @@ def placement(store: Store, run: dict[str, Any]) -> dict[str, Any]:
             _layout(run, prev, store.ranks(run["run_id"], prev), status) if prev else None
         ),
     }
+
+
+def _ended_epoch(r: dict[str, Any], state: str) -> bool:
+    """A closed rank standing at the start of an epoch (the position after its last batch):
+    what it did is the epoch before, read to the end, not 0 % of one it never began."""
+    lo, hi = (r["splits"] or [0, 0])[:2]
+    own = r["cursors"] or []
+    fresh = len(own) == hi - lo and not any(own)
+    return state == "closed" and fresh and (r["epoch"] or 0) > 0
 
 
 def _rank_progress(
@@ -99,6 +104,8 @@ def _rank_progress(
         else 0
     )
     total = sum(per_split * n // of for n, of in shares)
+    if _ended_epoch(r, state):
+        r["epoch"], done, r["cursors"] = r["epoch"] - 1, total, [per_split] * (hi - lo)
     out = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
     out.update(global_step=r.get("global_step"), state=state, rows_per_s=r["rows_per_s"])
     out.update(rows_done=done, rows_total=total, pct=100.0 * done / total if total else 0.0)
@@ -138,28 +145,31 @@ def _tokens(run: dict[str, Any], bars: list[dict[str, Any]], total: int, rate: f
     }
 
 
-def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH) -> dict[str, Any]:
     """Per-split cursors, per-rank bars and the headline, all from one read of the ranks.
 
     The headline is the bars' total (rows read ÷ rows owned by the ranks that reported),
     so the two cannot disagree; rows/s counts only ranks that are still running. For packed
     data (`unit` "blocks") the cursors, rows and rows/s count blocks of `seq_len` tokens, and
-    the `tokens_*` fields say the same in tokens (None for row data).
+    the `tokens_*` fields say the same in tokens (None for row data). A closed rank at the
+    start of an epoch shows the epoch it completed, read to the end; `epochs_done` counts
+    the epochs every rank completed.
     """
     ranks = store.ranks(run["run_id"], run["world_size"])
     num_splits, (unit, per_split) = run["num_splits"], _units(run, ranks)
-    status = run_status(store, run, ranks)
+    status = run_status(store, run, ranks, health)
     state_of = {s["rank"]: s["state"] for s in status["ranks"]}
+    epochs_done = min((completed_epochs(r) for r in ranks), default=None)
     cursors: list[int | None] = [None] * num_splits
     bars = []
     for r in ranks:
+        bars.append(_rank_progress(r, num_splits, per_split, state_of[r["rank"]]))
         lo, hi = (r["splits"] or [0, 0])[:2]
         if r["cursors"] is not None and len(r["cursors"]) == hi - lo:
             # Ranks sharing a split report the same global cursor: the latest is the largest.
             cursors[lo:hi] = [
                 max(c, o or 0) for c, o in zip(r["cursors"], cursors[lo:hi], strict=True)
             ]
-        bars.append(_rank_progress(r, num_splits, per_split, state_of[r["rank"]]))
     rows_done = sum(b["rows_done"] for b in bars)
     owned = sum(b["rows_total"] for b in bars)
     rate = sum(b["rows_per_s"] for b in bars if b["state"] == "running")
@@ -171,6 +181,7 @@ def progress(store: Store, run: dict[str, Any]) -> dict[str, Any]:
         "run_id": run["run_id"],
         "state": status["state"],
         "epoch": max(epochs) if epochs else None,
+        "epochs_done": epochs_done,
         "unit": unit,
         "rows_per_split": per_split,
         "cursors": cursors,
@@ -219,151 +230,12 @@ def job_progress(
     return out
 
 
-def _bucket_s(window_s: float, points: int) -> int:
-    """Window ÷ points, in whole seconds and, from 10 s up, whole rollup buckets."""
-    bucket = max(1, math.ceil(window_s / max(1, min(points, MAX_POINTS))))
-    return 10 * math.ceil(bucket / 10) if bucket >= 10 else bucket
-
-
-def throughput(store: Store, run: dict[str, Any], window_s: float, points: int) -> dict[str, Any]:
-    """Rows/s across ranks as a band (median, min, max per time bucket) over the last
-    `window_s`, the slowest ranks of the last 30 s, stragglers and the input-bound verdict.
-
-    A band, not one line per rank: at 1,024 ranks lines are unreadable and 100,000 points
-    to ship every second. A bucket in which no rank reported starts a new `segment`, so no
-    line is drawn across an outage. Buckets grow to the 10 s rollup when the window's
-    per-second samples would exceed `SAMPLE_BUDGET` rows, and buckets older than
-    `SETTLED_S` are computed once and kept (`_settled`): each refresh reads only the last
-    half minute, which keeps the query under 50 ms at 1,024 ranks.
-    """
-    since = run["last_ts"] - window_s
-    bucket = _bucket_s(window_s, points)
-    if bucket < ROLLUP_S and window_s * max(1, run["ranks"]) > SAMPLE_BUDGET:
-        bucket = ROLLUP_S
-    settled = _settled(store, run, since, bucket)
-    fresh_from = max(since, max(settled, default=since - bucket) + bucket)
-    band = {p["t"]: p for p in _band(store.series(run["run_id"], fresh_from, bucket))}
-    points_in = sorted({**settled, **band}.items())
-    totals = store.rank_totals(
-        run["run_id"], run["last_ts"] - STRAGGLER_WINDOW_S, run["world_size"]
-    )
-    recent = _recent(totals)
-    status = run_status(store, run)
-    silent = [r["last_ts"] for r in status["ranks"] if r["state"] == "crashed"]
-    return {
-        "run_id": run["run_id"],
-        "crashed_at": max(silent) if silent else None,
-        "bucket_s": float(bucket),
-        "band": _segments([p for _, p in points_in], bucket),
-        "count": len(points_in),
-        "slowest": [
-            {"rank": r.rank, "rows_per_s": r.rows_per_s, "wait_share": r.stall_frac}
-            for r in sorted(recent, key=lambda r: r.rows_per_s)[:SLOWEST]
-        ],
-        "stragglers": _stragglers(recent),
-        "input": input_bound(recent),
-        "tokens_per_s": _tokens_per_s(run, totals),
-    }
-
-
-def _settled(store: Store, run: dict[str, Any], since: float, bucket: int) -> dict[float, Any]:
-    """Band points of buckets that ended `SETTLED_S` before the run's last report: computed
-    once per (database, run, bucket size), then served from memory (64 entries at most)."""
-    key = (store.path, run["run_id"], run["first_ts"], bucket)
-    entry = _SETTLED.pop(key, None)
-    if entry is None or since < entry["from"]:
-        entry = {"from": since, "to": since, "points": {}}
-    _SETTLED[key] = entry  # most recently used last
-    while len(_SETTLED) > 64:
-        _SETTLED.pop(next(iter(_SETTLED)))
-    horizon = run["last_ts"] - SETTLED_S
-    if entry["to"] < horizon - bucket:
-        rows = store.series(run["run_id"], entry["to"], bucket)
-        done = [r for r in rows if r[1] + bucket <= horizon]
-        entry["points"].update((p["t"], p) for p in _band(done))
-        entry["to"] = max((p + bucket for p in entry["points"]), default=entry["to"])
-    return {t: p for t, p in entry["points"].items() if t >= since - bucket}
-
-
-def _segments(band: list[dict[str, Any]], bucket: int) -> list[dict[str, Any]]:
-    """Number the runs of consecutive buckets: a missing bucket starts the next segment."""
-    segment = 0
-    for before, point in zip([None, *band], band, strict=False):
-        if before is not None and point["t"] - before["t"] > bucket:
-            segment += 1
-        point["segment"] = segment
-    return band
-
-
-def _band(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Median, min and max rows/s (and wait share) across ranks, per time bucket."""
-    _, t, done, _, wait, covered = np.array(rows, dtype=float).reshape(-1, 6).T
-    covered = np.maximum(covered, 1e-9)
-    rate, share = done / covered, np.minimum(1.0, wait / covered)
-    times, counts = np.unique(t, return_counts=True)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    rate_s, share_s = rate[np.lexsort((rate, t))], share[np.lexsort((share, t))]
-    band: list[dict[str, Any]] = []
-    for i, (when, n) in enumerate(zip(times, counts, strict=True)):
-        r, w = rate_s[offsets[i] : offsets[i] + n], share_s[offsets[i] : offsets[i] + n]
-        band.append({"t": float(when), "segment": 0, "ranks": int(n)})
-        band[-1].update(median=float(np.median(r)), min=float(r[0]), max=float(r[-1]))
-        band[-1].update(wait_median=float(np.median(w)), wait_max=float(w[-1]))
-    return band
-
-
-def _recent(totals: list[Any]) -> list[RankRate]:
-    """Each rank's rows/s and wait share from its `Store.rank_totals` of the last 30 s."""
-    return [
-        RankRate(
-            r["rank"], r["rows"] / (r["iv"] or 1e-9), min(1.0, r["wait_s"] / (r["iv"] or 1e-9))
-        )
-        for r in totals
-    ]
-
-
-def _tokens_per_s(run: dict[str, Any], totals: list[Any]) -> float | None:
-    """Packed data: the job's tokens/s over the last 30 s (each rank's tokens ÷ its covered
-    seconds, summed over ranks); None for row data."""
-    if run.get("seq_len") is None:
-        return None
-    return float(sum((r["tokens"] or 0) / (r["iv"] or 1e-9) for r in totals))
-
-
-def _stragglers(rates: list[RankRate]) -> list[dict[str, Any]]:
-    """Ranks of the current world that lag the median over the last 30 s."""
-    return [
-        {"rank": r.rank, "rows_per_s": r.rows_per_s, "stall_frac": r.stall_frac, "reason": why}
-        for r, why in zip(rates, stragglers(rates), strict=True)
-        if why
-    ]
-
-
-def input_bound(rates: list[RankRate]) -> dict[str, Any]:
-    """Is the GPU waiting on data? The share of step time each rank's training loop spent
-    waiting for its next batch (the loader's `wait_s` ÷ the interval), and a verdict."""
-    if not rates:
-        return {"job_share": None, "ranks": [], "bound": [], "verdict": "no reports yet"}
-    job = statistics.median(r.stall_frac for r in rates)
-    bound = sorted(r.rank for r in rates if r.stall_frac >= INPUT_BOUND)
-    if job >= INPUT_BOUND:
-        verdict = f"input-bound: the median rank waits for data {job:.0%} of its step time"
-    elif bound:
-        verdict = f"input-bound on rank{'s' if len(bound) > 1 else ''} {ranks_text(bound)}"
-    else:
-        verdict = f"not input-bound: ranks wait for data {job:.0%} of their step time (median)"
-    worst = sorted(rates, key=lambda r: -r.stall_frac)[:SLOWEST]
-    return {
-        "job_share": job,
-        "ranks": [{"rank": r.rank, "wait_share": r.stall_frac} for r in worst],
-        "bound": bound,
-        "verdict": verdict,
-    }
-
-
-def timeline(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+def timeline(
+    store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH
+) -> list[dict[str, Any]]:
     """Checkpoints, resumes, epoch ends (one item per kind, global step and W across ranks),
-    outages (no rank reported for a rollup bucket or more) and a crash, in time order."""
+    outages (no rank reported for a rollup bucket or more) and crashes — the current
+    world's, and before each resume the one that made it necessary — in time order."""
     items = []
     for row in store.milestones(run["run_id"]):
         before = row["data"].get("world_size_before")
@@ -372,9 +244,37 @@ def timeline(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
         item.update(epoch=row["epoch"], world_size_before=before, path=row["data"].get("path"))
         item.update(ranks=row["ranks"])
         item["label"] = _label(row["kind"], row["epoch"], row["step"], row["world_size"], before)
+        if row["kind"] == wire.STEPS_SKIPPED:  # Megatron-style: the data of steps [a, b) unread
+            item["label"] = f"skipped steps [{row['data'].get('start')}, {row['data'].get('stop')})"
         items.append(item)
-    found = items + _outages(store, run) + _crash(store, run)
+    resumes = [i for i in items if i["kind"] == wire.CHECKPOINT_LOADED]
+    found = items + _outages(store, run) + _crash(store, run, health)
+    found += _crashes_before(store, run, resumes)
     return sorted(found, key=lambda item: item["ts"])
+
+
+def _crashes_before(
+    store: Store, run: dict[str, Any], resumes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Before each resume: did the ranks of the stretch before it all close? If not (or one
+    closed on an error), a crash item at that stretch's last report that handed out data."""
+    out = []
+    starts = [run["first_ts"], *(r["ts"] for r in resumes)]
+    for since, resume in zip(starts, resumes, strict=False):
+        last = store.last_active(run["run_id"], resume["ts"])
+        if last is None or last["ts"] < since:
+            continue  # nothing was read before this resume (or it is a second resume at once)
+        world = resume["world_size_before"] or resume["world_size"]
+        closed = store.closed_between(run["run_id"], last["ts"] - 120, resume["ts"])
+        fine = {c.rank for c in closed if c.reason != wire.CLOSE_REASON_ERROR}
+        lost = world - len(fine & set(range(world)))
+        if lost <= 0:
+            continue
+        item = _item("crash", float(last["ts"]), None, world)
+        item.update(ranks=lost, label=f"crashed before the resume: {lost:,} of {world:,} "
+                    "ranks did not close")  # fmt: skip
+        out.append(item)
+    return out
 
 
 def _item(kind: str, ts: float, step: int | None, world: int) -> dict[str, Any]:
@@ -395,8 +295,8 @@ def _outages(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _crash(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
-    status = run_status(store, run)
+def _crash(store: Store, run: dict[str, Any], health: Health) -> list[dict[str, Any]]:
+    status = run_status(store, run, health=health)
     dead = [r for r in status["ranks"] if r["state"] == "crashed"]
     if not dead:
         return []

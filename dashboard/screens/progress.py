@@ -22,8 +22,13 @@ def _metrics(progress: dict[str, Any]) -> None:
     job = progress["job"]
     state, epoch, rate, eta, job_eta = st.columns(5)
     state.metric("state", progress["state"])
+    ended = progress["state"] in ("finished", "stopped") and progress.get("epochs_done")
     position = job["label"] or (
-        f"epoch {progress['epoch'] + 1}" if progress["epoch"] is not None else "epoch —"
+        f"epochs {progress['epochs_done']} completed"
+        if ended
+        else f"epoch {progress['epoch'] + 1}"
+        if progress["epoch"] is not None
+        else "epoch —"
     )
     unit, _, where = position.partition(" ")  # "epoch", "2 of 3": fits a metric's width
     epoch.metric(unit, where)

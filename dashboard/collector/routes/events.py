@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi.exceptions import RequestValidationError
 
 from dashboard.collector.deps import TOKEN_ERRORS, SettingsDep, StoreDep, TokenDep
-from dashboard.collector.models import ErrorPublic, EventBatchIn, IngestPublic
+from dashboard.collector.models import CROSS_FIELD_RULES, ErrorPublic, EventBatchIn, IngestPublic
 from dashboard.collector.store import RunConflict, TooManyNewRuns
 from loader.wire import INGEST_PATH
 
@@ -20,6 +20,13 @@ INGEST_ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorPublic, "description": "an event contradicts its run (another S)"},
     413: {"model": ErrorPublic, "description": "body over the collector's size limit"},
     429: {"model": ErrorPublic, "description": "too many new runs this minute; retry later"},
+    422: {
+        "description": "a field out of its type or range, or a rule between fields broken. "
+        + CROSS_FIELD_RULES,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
+        },
+    },
 }
 
 

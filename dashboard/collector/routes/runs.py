@@ -12,7 +12,15 @@ import orjson
 from fastapi import APIRouter, Query, Response
 
 from dashboard.collector import status, views
-from dashboard.collector.deps import RUN_ERRORS, TOKEN_ERRORS, RunDep, StoreDep, TokenDep
+from dashboard.collector.deps import (
+    RUN_ERRORS,
+    TOKEN_ERRORS,
+    BandsDep,
+    HealthDep,
+    RunDep,
+    StoreDep,
+    TokenDep,
+)
 from dashboard.collector.models import (
     EventsPublic,
     PlacementPublic,
@@ -23,6 +31,7 @@ from dashboard.collector.models import (
     ThroughputPublic,
     TimelinePublic,
 )
+from dashboard.collector.throughput import MAX_POINTS, throughput
 from loader.wire import KIND_PATTERN
 
 router = APIRouter(
@@ -49,28 +58,30 @@ def get_run(run: RunDep) -> Response:
 
 
 @router.get("/{run_id}/status", response_model=StatusPublic, responses=RUN_ERRORS)
-def get_status(run: RunDep, store: StoreDep) -> Response:
-    return _json(status.public(status.run_status(store, run)))
+def get_status(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
+    return _json(status.public(status.run_status(store, run, health=health)))
 
 
 @router.get("/{run_id}/placement", response_model=PlacementPublic, responses=RUN_ERRORS)
-def get_placement(run: RunDep, store: StoreDep) -> Response:
-    return _json(views.placement(store, run))
+def get_placement(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
+    return _json(views.placement(store, run, health))
 
 
 @router.get("/{run_id}/progress", response_model=ProgressPublic, responses=RUN_ERRORS)
-def get_progress(run: RunDep, store: StoreDep) -> Response:
-    return _json(views.progress(store, run))
+def get_progress(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
+    return _json(views.progress(store, run, health))
 
 
 @router.get("/{run_id}/throughput", response_model=ThroughputPublic, responses=RUN_ERRORS)
 def get_throughput(
     run: RunDep,
     store: StoreDep,
+    health: HealthDep,
+    bands: BandsDep,
     window_s: Annotated[float, Query(gt=0, le=30 * 86400)] = 300.0,
-    points: Annotated[int, Query(ge=1, le=views.MAX_POINTS)] = 120,
+    points: Annotated[int, Query(ge=1, le=MAX_POINTS)] = 120,
 ) -> Response:
-    return _json(views.throughput(store, run, window_s, points))
+    return _json(throughput(store, run, window_s, points, health, bands))
 
 
 @router.get("/{run_id}/events", response_model=EventsPublic, responses=RUN_ERRORS)
@@ -84,5 +95,5 @@ def get_events(
 
 
 @router.get("/{run_id}/timeline", response_model=TimelinePublic, responses=RUN_ERRORS)
-def get_timeline(run: RunDep, store: StoreDep) -> Response:
-    return _listing(views.timeline(store, run))
+def get_timeline(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
+    return _listing(views.timeline(store, run, health))

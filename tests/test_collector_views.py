@@ -11,38 +11,22 @@ import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dashboard.collector.config import Settings
-from dashboard.collector.main import create_app
-from dashboard.collector.views import _band, _segments, gpu_labels
-from dashboard.synthetic import SyntheticRun, synthetic_events
-from tests.test_collector import LOCAL
+from dashboard.collector.throughput import _band, _segments
+from dashboard.collector.views import gpu_labels
+from dashboard.synthetic import SyntheticRun
+from tests.collector_api import collector_client, post, post_runs, view
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "s.db"))), base_url=LOCAL) as c:
+    with collector_client(tmp_path / "s.db") as c:
         yield c
-
-
-def _post(client: TestClient, *runs: SyntheticRun) -> None:
-    for run in runs:
-        body = orjson.dumps({"events": list(synthetic_events(run))})
-        response = client.post(
-            "/api/events", content=body, headers={"Content-Type": "application/json"}
-        )
-        assert response.status_code == 202
-
-
-def _get(client: TestClient, run_id: str, view: str) -> Any:
-    return client.get(f"/api/runs/{run_id}/{view}").json()
 
 
 def test_states_from_heartbeats(client: TestClient) -> None:
@@ -56,29 +40,29 @@ def test_states_from_heartbeats(client: TestClient) -> None:
         )
         for name, ago in ended_ago.items()
     }  # fmt: skip
-    _post(client, *runs.values())
+    post_runs(client, *runs.values())
     for name in runs:
-        status = _get(client, name, "status")
+        status = view(client, name, "status")
         expected = "running" if name == "live" else name
         assert status["state"] == expected, (name, status["headline"])
-    crashed = _get(client, "crashed", "status")
+    crashed = view(client, "crashed", "status")
     assert crashed["headline"].startswith("Crashed: every rank stopped reporting without closing")
     assert all(r["state"] == "crashed" and r["silent_s"] >= 39 for r in crashed["ranks"])
 
-    progress = _get(client, "crashed", "progress")
+    progress = view(client, "crashed", "progress")
     assert progress["rows_per_s"] == 0 and progress["eta_s"] is None  # no speed from the dead
     last_step = 20 * 2000 // 32
-    labels = [i["label"] for i in _get(client, "crashed", "timeline")["data"]]
+    labels = [i["label"] for i in view(client, "crashed", "timeline")["data"]]
     assert f"crashed: every rank stopped reporting after step {last_step:,}" in labels
-    assert _get(client, "crashed", "throughput")["crashed_at"] == pytest.approx(now - 40, abs=1)
-    assert _get(client, "live", "throughput")["crashed_at"] is None
-    placement = _get(client, "crashed", "placement")
+    assert view(client, "crashed", "throughput")["crashed_at"] == pytest.approx(now - 40, abs=1)
+    assert view(client, "live", "throughput")["crashed_at"] is None
+    placement = view(client, "crashed", "placement")
     assert {r["state"] for r in placement["current"]["ranks"]} == {"crashed"}
 
-    assert _get(client, "live", "progress")["rows_per_s"] == pytest.approx(4 * 2000)
-    stopped = _get(client, "stopped", "progress")["job"]
+    assert view(client, "live", "progress")["rows_per_s"] == pytest.approx(4 * 2000)
+    stopped = view(client, "stopped", "progress")["job"]
     assert stopped["label"] == "epoch 1 of 3" and 0 < stopped["pct"] < 100 / 3
-    finished = _get(client, "finished", "progress")
+    finished = view(client, "finished", "progress")
     assert finished["job"]["label"] == "epoch 1 of 1" and finished["job"]["eta_s"] == 0
     assert finished["eta_s"] == 0
 
@@ -87,20 +71,20 @@ def test_an_outage_is_a_gap_not_a_line(client: TestClient) -> None:
     now = time.time()
     first = SyntheticRun("gap", 2, 8, 1_000_000, 20, now - 80)
     second = SyntheticRun("gap", 2, 8, 1_000_000, 20, now - 20, start_rows=40_000)
-    _post(client, first, second)
-    band = _get(client, "gap", "throughput")["band"]
+    post_runs(client, first, second)
+    band = view(client, "gap", "throughput")["band"]
     assert {p["segment"] for p in band} == {0, 1}
     silent = [p for p in band if now - 60 + 1 < p["t"] < now - 20 - 3]  # 3 s buckets
     assert silent == []  # no point inside the outage: the chart draws two segments
-    outages = [i for i in _get(client, "gap", "timeline")["data"] if i["kind"] == "outage"]
+    outages = [i for i in view(client, "gap", "timeline")["data"] if i["kind"] == "outage"]
     assert len(outages) == 1
     assert outages[0]["ts"] >= now - 60 - 10 and outages[0]["end_ts"] <= now - 20 + 10
     assert outages[0]["label"].startswith("no reports for")
 
 
 def test_input_bound_verdict_names_the_waiting_ranks(client: TestClient) -> None:
-    _post(client, SyntheticRun("io", 8, 16, 10**6, 20, time.time() - 20, slow_rank=3))
-    verdict = _get(client, "io", "throughput")["input"]
+    post_runs(client, SyntheticRun("io", 8, 16, 10**6, 20, time.time() - 20, slow_rank=3))
+    verdict = view(client, "io", "throughput")["input"]
     assert verdict["bound"] == [3] and verdict["verdict"] == "input-bound on rank 3"
     assert verdict["ranks"][0] == {"rank": 3, "wait_share": pytest.approx(0.6)}
     assert verdict["job_share"] == pytest.approx(0.02)
@@ -157,12 +141,9 @@ def test_the_headline_is_the_bars(
             | {"num_splits": num_splits, "rows_per_split": per_split, "epoch": epoch}
             | {"splits": [lo, hi], "cursors": cursors, "interval_s": 1.0}
         )
-    db = tmp_path_factory.mktemp("headline") / "h.db"
-    with TestClient(create_app(Settings(db=str(db))), base_url=LOCAL) as client:
-        body = orjson.dumps({"events": events})
-        headers = {"Content-Type": "application/json"}
-        assert client.post("/api/events", content=body, headers=headers).status_code == 202
-        progress = _get(client, "h", "progress")
+    with collector_client(tmp_path_factory.mktemp("headline") / "h.db") as client:
+        assert post(client, events).status_code == 202
+        progress = view(client, "h", "progress")
     bars = [r["pct"] for r in progress["ranks"]]
     assert progress["epoch_pct"] == pytest.approx(statistics.fmean(bars))  # equal shares
     assert progress["rows_done"] == sum(sum(e["cursors"]) for e in events)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import signal
-import urllib.request
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from dashboard.launch import start_collector_process
 from loader import StreamingDataLoader, StreamingDataset
 from loader.layout import owned_splits
 from loader.telemetry import TelemetryWarning
-from tests.net import free_port, wait_until
+from tests.net import free_port, get_json, wait_until
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
@@ -37,17 +36,8 @@ NUM_ROWS, NUM_SPLITS, BATCH, FIRST = 960, 8, 10, 20
 RUN = "gloo-run"
 
 
-def _get(url: str) -> Any:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as resp:
-            return orjson.loads(resp.read())
-    except OSError:
-        return None
-
-
 def _reported_cursors(api: str, rank: int) -> list[int] | None:
-    placement = _get(f"{api}/api/runs/{RUN}/placement")
+    placement = get_json(f"{api}/api/runs/{RUN}/placement", 2, otherwise=None)
     if not placement:
         return None
     mine = [r for r in placement["current"]["ranks"] if r["rank"] == rank]
@@ -102,7 +92,7 @@ def test_two_gloo_ranks_report_and_survive_a_dead_collector(tmp_path: Path) -> N
             )
             for r in range(2)
         ]
-        placement = _get(f"{api}/api/runs/{RUN}/placement")
+        placement = get_json(f"{api}/api/runs/{RUN}/placement", 2, otherwise=None)
         assert [r["rank"] for r in placement["current"]["ranks"]] == [0, 1]
         assert placement["current"]["owner"] == [0, 0, 0, 0, 1, 1, 1, 1]
         for r, mid in enumerate(mids):

@@ -30,31 +30,19 @@ from dashboard.collector.main import create_app
 from dashboard.collector.models import EventIn
 from dashboard.collector.store import Retention, Store
 from dashboard.synthetic import SyntheticRun, synthetic_events
+from tests.collector_api import JSON, collector_client, dump, post
 from tests.net import free_port, wait_until
 
 NOW = time.time()
 LIVE = SyntheticRun("live", 4, 8, 1_000, 20, NOW - 30)
-LOCAL = "http://127.0.0.1"
-JSON = {"Content-Type": "application/json"}
 VIEWS = ("", "/placement", "/progress", "/throughput", "/events", "/timeline")
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "h.db"))), base_url=LOCAL) as c:
-        assert _post(c, list(synthetic_events(LIVE))).status_code == 202
+    with collector_client(tmp_path / "h.db") as c:
+        assert post(c, list(synthetic_events(LIVE))).status_code == 202
         yield c
-
-
-def _post(client: TestClient, events: Any, **headers: str) -> Any:
-    body = events if isinstance(events, bytes) else orjson.dumps({"events": events})
-    return client.post("/api/events", content=body, headers={**JSON, **headers})
-
-
-def _dump(client: TestClient) -> list[Any]:
-    store = client.app.state.store  # type: ignore[attr-defined]
-    tables = [r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")]
-    return [(t, [tuple(r) for r in store.query(f"SELECT * FROM {t}")]) for t in sorted(tables)]
 
 
 def _event(**changes: Any) -> dict[str, Any]:
@@ -86,10 +74,10 @@ WRONG_EVENTS = {
 
 @pytest.mark.parametrize("name", sorted(WRONG_EVENTS))
 def test_an_event_that_contradicts_itself_is_422(client: TestClient, name: str) -> None:
-    before = _dump(client)
-    response = _post(client, [WRONG_EVENTS[name]])
+    before = dump(client)
+    response = post(client, [WRONG_EVENTS[name]])
     assert response.status_code == 422, response.text
-    assert _dump(client) == before
+    assert dump(client) == before
     _views_answer(client)
     throughput = client.get("/api/runs/live/throughput").json()
     assert throughput["count"] > 0  # the live run's view is not emptied
@@ -97,15 +85,15 @@ def test_an_event_that_contradicts_itself_is_422(client: TestClient, name: str) 
 
 def test_a_run_keeps_its_number_of_splits(client: TestClient) -> None:
     """Another S for a known run is 409: the layout of a run cannot change under its views."""
-    before = _dump(client)
+    before = dump(client)
     other = _event(num_splits=16, splits=[4, 8], cursors=[0] * 4)
-    response = _post(client, [other])
+    response = post(client, [other])
     assert response.status_code == 409 and "num_splits=8" in response.json()["detail"]
-    assert _dump(client) == before
+    assert dump(client) == before
     mixed = [_event(run_id="new"), _event(run_id="new", num_splits=16, splits=[4, 8])]
     mixed[1]["cursors"] = [0] * 4
-    assert _post(client, mixed).status_code == 409
-    assert _dump(client) == before
+    assert post(client, mixed).status_code == 409
+    assert dump(client) == before
     _views_answer(client)
 
 
@@ -132,29 +120,28 @@ def test_malformed_numbers_and_text_are_422(client: TestClient, name: str) -> No
     field, raw = RAW_BAD[name]
     event = _event(kind="checkpoint_saved", **{field: "__BAD__"})
     body = orjson.dumps({"events": [event]}).replace(b'"__BAD__"', raw)
-    before = _dump(client)
-    response = _post(client, body)
+    before = dump(client)
+    response = post(client, body)
     assert response.status_code == 422, response.text
     assert response.json()["detail"]
-    assert _dump(client) == before
+    assert dump(client) == before
 
 
 # --- 10.10: bounded runs, retention, per-run cost ----------------------------------------
 
 
 def test_one_request_cannot_create_many_runs(client: TestClient) -> None:
-    before = _dump(client)
+    before = dump(client)
     many = [_event(run_id=f"r{i}") for i in range(20)]
-    response = _post(client, many)
+    response = post(client, many)
     assert response.status_code == 422 and "at most 8 runs" in response.text
-    assert _dump(client) == before
+    assert dump(client) == before
 
 
 def test_retention_keeps_the_newest_runs(tmp_path: Path) -> None:
-    app = create_app(Settings(db=str(tmp_path / "k.db"), keep_runs=3))
-    with TestClient(app, base_url=LOCAL) as client:
+    with collector_client(tmp_path / "k.db", keep_runs=3) as client:
         for i in range(6):
-            assert _post(client, [_event(run_id=f"run-{i}", ts=NOW + i)]).status_code == 202
+            assert post(client, [_event(run_id=f"run-{i}", ts=NOW + i)]).status_code == 202
         runs = [r["run_id"] for r in client.get("/api/runs").json()["data"]]
         assert runs == ["run-5", "run-4", "run-3"]
         assert client.get("/api/runs/run-0/progress").status_code == 404
@@ -186,14 +173,13 @@ def test_a_long_run_keeps_raw_samples_for_its_last_hours_only(tmp_path: Path) ->
 
 def test_new_runs_are_rate_limited_so_spam_cannot_flush_retention(tmp_path: Path) -> None:
     """With keep_runs=100, 13 requests of 8 new runs would evict every real run: 429 instead."""
-    app = create_app(Settings(db=str(tmp_path / "l.db"), new_runs_per_minute=3))
-    with TestClient(app, base_url=LOCAL) as client:
-        assert _post(client, [_event(run_id=f"a{i}") for i in range(3)]).status_code == 202
-        before = _dump(client)
-        response = _post(client, [_event(run_id="a0"), _event(run_id="spam")])
+    with collector_client(tmp_path / "l.db", new_runs_per_minute=3) as client:
+        assert post(client, [_event(run_id=f"a{i}") for i in range(3)]).status_code == 202
+        before = dump(client)
+        response = post(client, [_event(run_id="a0"), _event(run_id="spam")])
         assert response.status_code == 429 and response.headers["Retry-After"] == "60"
-        assert _dump(client) == before
-        assert _post(client, [_event(run_id="a1")]).status_code == 202  # known runs go on
+        assert dump(client) == before
+        assert post(client, [_event(run_id="a1")]).status_code == 202  # known runs go on
 
 
 def test_retention_drops_runs_silent_for_keep_days(tmp_path: Path) -> None:
@@ -251,7 +237,7 @@ def test_a_rank_owning_many_splits_is_accepted(client: TestClient) -> None:
     s = 1 << 17
     event = _event(run_id="wide", world_size=1, rank=0, num_splits=s, splits=[0, s])
     event["cursors"] = [3] * s
-    assert _post(client, [event]).status_code == 202
+    assert post(client, [event]).status_code == 202
     progress = client.get("/api/runs/wide/progress").json()
     assert progress["rows_done"] == 3 * s
 
@@ -261,19 +247,18 @@ def test_a_rank_owning_many_splits_is_accepted(client: TestClient) -> None:
 
 def test_a_foreign_host_header_is_400(client: TestClient) -> None:
     """DNS rebinding: the browser sends the attacker's name as Host; refuse it."""
-    before = _dump(client)
+    before = dump(client)
     for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example", ""):
-        response = _post(client, [_event()], Host=host)
+        response = post(client, [_event()], Host=host)
         assert response.status_code == 400, host
         assert client.get("/api/runs", headers={"Host": host}).status_code == 400
-    assert _dump(client) == before
+    assert dump(client) == before
     for host in ("127.0.0.1:8765", "localhost", "LOCALHOST:1", "[::1]:8765", "127.0.0.5"):
         assert client.get("/health", headers={"Host": host}).status_code == 200, host
 
 
 def test_allowed_hosts_extend_the_host_check(tmp_path: Path) -> None:
-    settings = Settings(db=str(tmp_path / "a.db"), allowed_hosts=("collector.internal",))
-    with TestClient(create_app(settings), base_url=LOCAL) as client:
+    with collector_client(tmp_path / "a.db", allowed_hosts=("collector.internal",)) as client:
         assert client.get("/health", headers={"Host": "Collector.internal:87"}).status_code == 200
         assert client.get("/health", headers={"Host": "other.internal"}).status_code == 400
 
@@ -282,11 +267,11 @@ def test_without_a_token_another_local_address_is_refused_in_the_scope(tmp_path:
     """ASGI path: a request arriving on an address the app was not started for is 403."""
     app = create_app(Settings(db=str(tmp_path / "s.db")))  # started for 127.0.0.1
     with TestClient(app, base_url="http://127.0.0.2") as client:
-        assert _post(client, [_event()]).status_code == 403
+        assert post(client, [_event()]).status_code == 403
         assert client.get("/api/runs").status_code == 403
     token = Settings(db=str(tmp_path / "s.db"), host="0.0.0.0", token="t")
     with TestClient(create_app(token), base_url="http://127.0.0.2") as client:
-        assert _post(client, [_event()], Authorization="Bearer t").status_code == 202
+        assert post(client, [_event()], Authorization="Bearer t").status_code == 202
 
 
 def _uvicorn(db: Path, bind: str, env_host: str | None) -> tuple[subprocess.Popen[bytes], str]:
@@ -364,8 +349,8 @@ def test_any_accepted_event_keeps_the_views_answering(
     event = _event(run_id="p", world_size=world, rank=rank, num_splits=world * per_rank)
     event.update(splits=splits, cursors=[rows] * per_rank, rows_per_split=rows)
     db = tmp_path_factory.mktemp("prop") / "p.db"
-    with TestClient(create_app(Settings(db=str(db))), base_url=LOCAL) as client:
-        assert _post(client, [event]).status_code == 202
+    with collector_client(db) as client:
+        assert post(client, [event]).status_code == 202
         _views_answer(client, "p")
 
 
