@@ -16,7 +16,7 @@ from typing import Any
 
 from loader.layout import fit_reason, is_whole, rank_pieces, uses_steps
 
-__all__ = ["RankRate", "layout_of", "owners", "rank_shares", "stragglers"]
+__all__ = ["RankRate", "layout_of", "owners", "stragglers"]
 
 
 def layout_of(world_size: int, num_splits: int, global_batch: int | None = None) -> dict[str, Any]:
@@ -62,19 +62,6 @@ def owners(world_size: int, num_splits: int, global_batch: int | None = None) ->
         raise ValueError(reason)
     owner: list[int] = layout_of(world_size, num_splits, global_batch)["owner"]
     return owner
-
-
-def rank_shares(
-    rank: int, world_size: int, num_splits: int, global_batch: int | None = None
-) -> list[tuple[int, int]]:
-    """For each split the rank reads (in order), its rows of the split's rows in a full
-    global step, as (rows, of): rows == of for a split it reads whole. Its share of a
-    split's cursor c is then c * rows // of (exact at whole steps)."""
-    of = rows_per_step(num_splits, global_batch) or 1
-    shares: list[tuple[int, int]] = []
-    for piece in rank_pieces(rank, world_size, num_splits, global_batch):
-        shares += [(piece.stop - piece.start, of)] * len(piece.splits)
-    return shares
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from typing import Any
 
 import orjson
 
-from dashboard.placement import rank_shares
 from loader import wire
-from loader.layout import owned_splits, slice_bounds, uses_steps
+from loader.layout import owned_splits, rank_shares, slice_bounds, uses_steps
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from loader import args, wire
 from loader import state as st
 from loader.dataset import StreamingDataset
-from loader.layout import check_world_size, owned_splits, slice_bounds
+from loader.layout import check_world_size, owned_splits, rank_shares, slice_bounds
 from loader.mainguard import check_main_guard
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
@@ -480,10 +480,13 @@ class StreamingDataLoader(DataLoader[Any]):
         }
 
     def _tokens(self) -> dict[str, int]:
-        """What the units add about this rank's splits' units handed out this epoch."""
-        splits = self.splits
-        read = sum(self.progress.cursors[splits.start : splits.stop])
-        return self.streaming_dataset.units.progress_facts(read, self.progress.epoch)
+        """What the units add about this rank's splits' units handed out this epoch (of a
+        split it shares, its part: `rank_shares`)."""
+        ds, splits = self.streaming_dataset, self.splits
+        own = self.progress.cursors[splits.start : splits.stop]
+        shares = rank_shares(ds.rank, ds.world_size, ds.num_splits, self.global_batch_size)
+        read = sum(c * n // of for c, (n, of) in zip(own, shares, strict=True))
+        return ds.units.progress_facts(read, self.progress.epoch)
 
 
 def _default_read_size(tokens_per_unit: int | None) -> int:

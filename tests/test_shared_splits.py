@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lancedb
 import orjson
+import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
@@ -22,10 +24,10 @@ from dashboard import charts
 from dashboard.collector.config import Settings
 from dashboard.collector.main import create_app
 from dashboard.launch import DashboardHandle, start_dashboard
-from dashboard.placement import layout_of, owners, rank_shares
+from dashboard.placement import layout_of, owners
 from dashboard.synthetic import SyntheticRun, synthetic_events
 from loader import StreamingDataLoader, StreamingDataset
-from loader.layout import owned_splits
+from loader.layout import owned_splits, rank_shares
 from tests.tables import lancedb_table
 
 W, S, G, L = 3, 8, 240, 300  # G/S = 30 rows of every split in a global step
@@ -183,3 +185,32 @@ def test_what_no_loader_sends_is_still_422(client: TestClient, name: str) -> Non
     event, why = BAD[name]
     response = client.post("/api/events", content=orjson.dumps({"events": [event]}), headers=JSON)
     assert response.status_code == 422 and why in response.text, response.text
+
+
+def test_packed_ranks_count_their_part_of_a_shared_split(tmp_path: Path) -> None:
+    """Packed blocks on W = 3 over S = 4 with G = 12 (3 blocks of every split a step): each
+    rank's `tokens` is its 4 blocks a step, not the cursors of every split it touches."""
+    seq_len, splits, steps = 8, 4, 2
+    docs = [[d * 100 + k + 1 for k in range(3 + d % 11)] for d in range(120)]
+    db = lancedb.connect(str(tmp_path / "lance"))
+    table = db.create_table("docs", pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}))
+    with start_dashboard(port=0, db=str(tmp_path / "d.db"), ui=False) as collector:
+        loaders = []
+        for rank in range(W):
+            ds = StreamingDataset(
+                table, columns=["tokens"], num_splits=splits, rank=rank, world_size=W,
+                pack_sequences=seq_len, eos_id=0,
+            )  # fmt: skip
+            dl = StreamingDataLoader(
+                ds, global_batch_size=12, telemetry=collector.api_url, run_id="lm"
+            )
+            it = iter(dl)
+            for _ in range(steps):
+                next(it)
+            loaders.append(dl)
+        for dl in loaders:
+            dl.close()
+        progress = _get(collector, "/api/runs/lm/progress")
+    assert [r["tokens"] for r in progress["ranks"]] == [steps * 4 * seq_len] * W
+    assert progress["tokens_done"] == steps * 12 * seq_len
+    assert progress["rows_done"] == steps * 12  # blocks, each counted once

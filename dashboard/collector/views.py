@@ -19,9 +19,9 @@ from dashboard.collector.status import (
     run_status,
 )
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import layout_of, rank_shares
+from dashboard.placement import layout_of
 from loader import wire
-from loader.layout import fit_reason, supported_world_sizes, uses_steps
+from loader.layout import fit_reason, rank_shares, supported_world_sizes, uses_steps
 
 
 def gpu_labels(ranks: list[dict[str, Any]]) -> dict[int, int]:
