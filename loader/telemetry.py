@@ -116,7 +116,7 @@ def _default_run_id(static: Mapping[str, Any]) -> str:
     return f"{host}-{port}" if port else f"{host}-{os.getpid()}"
 
 
-def _field(value: Any) -> Any:
+def event_value(value: Any) -> Any:
     """A JSON scalar or list of ints, whatever the loader passed (numpy ints, Paths, ...)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -178,7 +178,7 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _position(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
+def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
     for key in ("epoch", "step", "global_step"):
@@ -276,6 +276,14 @@ class TelemetryClient:
         else:
             self._snapshot = lambda: fn
 
+    def position(self) -> dict[str, Any] | None:
+        """The loader's position now, as events carry it (its splits' cursors only); None
+        when no loader is attached, it is gone, or the client is closing."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None or self._stop.is_set():
+            return None
+        return position_fields(snapshot(), self.static.get("num_splits"))
+
     def on_batch(self, rows: int, wait_s: float) -> None:
         """Count one batch handed to the training loop and how long the loop waited."""
         self._rows += rows
@@ -286,8 +294,8 @@ class TelemetryClient:
         """Queue a discrete event (e.g. `checkpoint_loaded`); dropped if the queue is full."""
         ev = self._base(kind, time.time())
         position = {k: fields.pop(k) for k in POSITION_KEYS if k in fields}
-        ev.update(_position(position, self.static.get("num_splits")))
-        ev["data"] = {str(k): _field(v) for k, v in fields.items()}
+        ev.update(position_fields(position, self.static.get("num_splits")))
+        ev["data"] = {str(k): event_value(v) for k, v in fields.items()}
         self._offer(ev)
         self._wake.set()
 
@@ -348,7 +356,7 @@ class TelemetryClient:
             self._stop.set()  # the loader is gone: this is the last send
         elif snapshot is not None:
             try:
-                self._position = _position(snapshot(), self.static.get("num_splits"))
+                self._position = position_fields(snapshot(), self.static.get("num_splits"))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
         ev.update(self._position)  # a collected loader's last position, not none

@@ -99,7 +99,7 @@ def _three_loaders_report(collector: DashboardHandle, tmp_path: Path) -> None:
         loaders.append(dl)
     for dl in loaders:
         dl.close()  # the final report: each rank's position after its third step
-        assert dl._telemetry.dropped == 0  # type: ignore[union-attr]
+        assert dl._telemetry.client.dropped == 0  # type: ignore[union-attr]
     assert len(ids) == len(set(ids)) == STEPS * G
 
     placement = _get(collector, "/api/runs/odd/placement")
