@@ -214,3 +214,22 @@ def test_packed_ranks_count_their_part_of_a_shared_split(tmp_path: Path) -> None
     assert [r["tokens"] for r in progress["ranks"]] == [steps * 4 * seq_len] * W
     assert progress["tokens_done"] == steps * 12 * seq_len
     assert progress["rows_done"] == steps * 12  # blocks, each counted once
+
+
+def test_the_job_eta_counts_g_rows_a_step_when_batches_differ(client: TestClient) -> None:
+    """W = 3 with G = 256: per-rank batches 85, 85, 86; a step is 256 rows, not 3 × 85."""
+    now = time.time()
+    events = []
+    for rank, batch in enumerate([85, 85, 86]):
+        ev = _event(rank=rank, global_batch_size=256, batch_size=batch, total_steps=100)
+        ev |= {"ts": now - 1 + rank / 10, "run_id": "eta", "global_step": 10, "step": 10}
+        events.append(ev | {"rows_per_s": 100.0, "interval_s": 1.0, "rows": 100, "batches": 1})
+    assert (
+        client.post(
+            "/api/events", content=orjson.dumps({"events": events}), headers=JSON
+        ).status_code
+        == 202
+    )
+    job = client.get("/api/runs/eta/progress").json()["job"]
+    assert job["label"] == "step 10 of 100"
+    assert job["eta_s"] == pytest.approx(90 * 256 / 300)

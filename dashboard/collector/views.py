@@ -192,7 +192,7 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
         "rows_per_s": rate,
         "eta_s": eta,
         "global_step": max((b["global_step"] or 0 for b in bars), default=None),
-        "job": job_progress(run, bars, rate, finished, rows_total),
+        "job": job_progress(run, bars, rate, finished, rows_total, global_batch(ranks)),
         "ranks": bars,
         **_tokens(run, bars, rows_total, rate),
     }
@@ -204,9 +204,12 @@ def job_progress(
     rate: float,
     finished: bool,
     epoch_rows: int | None = None,
+    step_rows: int | None = None,
 ) -> dict[str, Any]:
     """'epoch x of N' / 'step x of N', share of the job done and its ETA, when it told us N.
-    `epoch_rows`: what an epoch holds in the unit of `rate` (default S × L rows)."""
+    `epoch_rows`: what an epoch holds in the unit of `rate` (default S × L rows);
+    `step_rows`: G, the rows of a step (default the reported batch_size × W, which is off
+    where per-rank batches differ by one)."""
     total_epochs, total_steps = run.get("total_epochs"), run.get("total_steps")
     out: dict[str, Any] = {"total_epochs": total_epochs, "total_steps": total_steps}
     out.update(pct=None, eta_s=None, label=None)
@@ -214,7 +217,7 @@ def job_progress(
         return out
     if total_steps:
         step = min(b["global_step"] or 0 for b in bars)
-        per_step = (run.get("batch_size") or 0) * run["world_size"]
+        per_step = step_rows or (run.get("batch_size") or 0) * run["world_size"]
         done = min(1.0, step / total_steps)
         left_s = (total_steps - step) * per_step / rate if rate > 0 and per_step else None
         out["label"] = f"step {min(step, total_steps):,} of {total_steps:,}"
