@@ -9,31 +9,29 @@ shared split, its progress counts every row once, and the event check follows
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import lancedb
-import orjson
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dashboard import charts
-from dashboard.collector.config import Settings
-from dashboard.collector.main import create_app
 from dashboard.launch import DashboardHandle, start_dashboard
 from dashboard.placement import layout_of, owners
 from dashboard.synthetic import SyntheticRun, synthetic_events
 from loader import StreamingDataLoader, StreamingDataset
 from loader.layout import owned_splits, rank_shares
+from tests.collector_api import collector_client, post
+from tests.net import get_json
 from tests.tables import lancedb_table
 
 W, S, G, L = 3, 8, 240, 300  # G/S = 30 rows of every split in a global step
 STEPS = 3
-LOCAL = "http://127.0.0.1"
-JSON = {"Content-Type": "application/json"}
 # Ranks take positions [80r, 80(r+1)) of each step's 240 (split-major, 30 a split).
 SHARED = [
     {
@@ -49,14 +47,12 @@ SHARED = [
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(db=str(tmp_path / "c.db"))), base_url=LOCAL) as c:
+    with collector_client(tmp_path / "c.db") as c:
         yield c
 
 
 def _get(handle: DashboardHandle, path: str) -> Any:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(handle.api_url + path, timeout=10) as resp:
-        return orjson.loads(resp.read())
+    return get_json(handle.api_url + path, 10)
 
 
 def test_the_grid_follows_the_layout() -> None:
@@ -121,9 +117,7 @@ def _three_loaders_report(collector: DashboardHandle, tmp_path: Path) -> None:
 
 def test_a_synthetic_odd_world_is_drawn_with_its_shared_splits(client: TestClient) -> None:
     run = SyntheticRun("syn", W, S, 3000, 5, time.time() - 10, global_batch_size=G)
-    response = client.post(
-        "/api/events", content=orjson.dumps({"events": list(synthetic_events(run))}), headers=JSON
-    )
+    response = post(client, synthetic_events(run))
     assert response.status_code == 202, response.text
     placement = client.get("/api/runs/syn/placement").json()
     assert placement["current"]["shared"] == SHARED
@@ -137,7 +131,8 @@ def _event(**fields: Any) -> dict[str, Any]:
     event |= {"num_splits": S, "global_batch_size": G, "rows_per_split": L} | fields
     if "splits" in fields:
         return event
-    owned = owned_splits(event["rank"], event["world_size"], S, event["global_batch_size"])
+    world, splits, batch = event["world_size"], event["num_splits"], event["global_batch_size"]
+    owned = owned_splits(event["rank"], world, splits, batch)
     return {"splits": [owned.start, owned.stop], "cursors": [0] * len(owned)} | event
 
 
@@ -174,16 +169,14 @@ BAD = {
 
 @pytest.mark.parametrize("name", sorted(GOOD))
 def test_any_world_size_that_fits_g_is_accepted(client: TestClient, name: str) -> None:
-    response = client.post(
-        "/api/events", content=orjson.dumps({"events": [GOOD[name]]}), headers=JSON
-    )
+    response = post(client, [GOOD[name]])
     assert response.status_code == 202, response.text
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_what_no_loader_sends_is_still_422(client: TestClient, name: str) -> None:
     event, why = BAD[name]
-    response = client.post("/api/events", content=orjson.dumps({"events": [event]}), headers=JSON)
+    response = post(client, [event])
     assert response.status_code == 422 and why in response.text, response.text
 
 
@@ -224,12 +217,48 @@ def test_the_job_eta_counts_g_rows_a_step_when_batches_differ(client: TestClient
         ev = _event(rank=rank, global_batch_size=256, batch_size=batch, total_steps=100)
         ev |= {"ts": now - 1 + rank / 10, "run_id": "eta", "global_step": 10, "step": 10}
         events.append(ev | {"rows_per_s": 100.0, "interval_s": 1.0, "rows": 100, "batches": 1})
-    assert (
-        client.post(
-            "/api/events", content=orjson.dumps({"events": events}), headers=JSON
-        ).status_code
-        == 202
-    )
+    assert post(client, events).status_code == 202
     job = client.get("/api/runs/eta/progress").json()["job"]
     assert job["label"] == "step 10 of 100"
     assert job["eta_s"] == pytest.approx(90 * 256 / 300)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(  # S, G = k * S, W <= min(G, 48), whole steps read t of m
+        lambda s: st.tuples(
+            st.just(s), st.integers(1, 6).map(lambda k: k * s), st.integers(1, 5)
+        ).flatmap(
+            lambda sgm: st.tuples(
+                st.just(sgm), st.integers(1, min(sgm[1], 48)), st.integers(0, sgm[2])
+            )
+        )
+    )
+)
+def test_any_world_up_to_g_is_drawn_and_counted_once(
+    tmp_path_factory: pytest.TempPathFactory, layout: tuple[tuple[int, int, int], int, int]
+) -> None:
+    """Every rank of any W <= G reports the same level cursors (t whole steps): accepted;
+    each split's parts tile its G/S rows in rank order; the bars add up to the cursors."""
+    (splits, batch, steps_per_epoch), world, steps = layout
+    per = batch // splits
+    length, level = per * steps_per_epoch, per * steps
+    events = []
+    for rank in range(world):
+        owned = owned_splits(rank, world, splits, batch)
+        ev = _event(rank=rank, world_size=world, num_splits=splits, global_batch_size=batch)
+        events.append(
+            ev | {"run_id": "p", "rows_per_split": length, "cursors": [level] * len(owned)}
+        )
+    with collector_client(tmp_path_factory.mktemp("any") / "p.db") as client:
+        assert post(client, events).status_code == 202
+        current = client.get("/api/runs/p/placement").json()["current"]
+        progress = client.get("/api/runs/p/progress").json()
+    readers = {s: [(0, per, o)] for s, o in enumerate(current["owner"])}  # whole splits
+    for shared in current["shared"]:
+        readers[shared["split"]] = [(p["start"], p["stop"], p["rank"]) for p in shared["parts"]]
+    for parts in readers.values():
+        assert [a for a, _, _ in parts] == [0] + [b for _, b, _ in parts[:-1]]  # contiguous
+        assert parts[-1][1] == per and [r for *_, r in parts] == sorted(r for *_, r in parts)
+    assert progress["rows_done"] == splits * level == sum(progress["cursors"])
+    assert sum(b["rows_total"] for b in progress["ranks"]) == splits * length
