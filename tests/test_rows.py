@@ -149,6 +149,10 @@ def test_the_cli_from_a_checkpoint_and_from_plan_arguments(
     assert cli.main(plan) == 0
     lines = capsys.readouterr().out.splitlines()[2:]
     assert [10 * int(line.split("\t")[1]) for line in lines] == steps[12]
+    with_ids = [*plan, "--rank", "2", "--id-column", "id", "--source", table.to_lance().uri]
+    assert cli.main(with_ids) == 0  # the plan's rows, read from the table given
+    lines = capsys.readouterr().out.splitlines()[2:]
+    assert [int(line.split("\t")[2]) for line in lines] == steps[12][160:]
     assert cli.main(plan[:-2]) == 2
     assert "`plan` needs --global-batch" in capsys.readouterr().err
     assert cli.main(["rows", str(tmp_path / "none.json"), "--step", "1"]) == 2
