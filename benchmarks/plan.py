@@ -8,7 +8,7 @@ kernels loaded from Numba's on-disk cache) and warm (after that), and the peak e
 nodes, block 2^18 and shards of 2^17 samples as its defaults give for one node), which
 produces the whole epoch that every rank then slices. Each measurement is its own process.
 Time to first batch is the plan's share of it: rank 0's first batch of 1024 rows
-(``RankStream.task`` + ``EpochPlan.order``) for N up to 1B.
+(``rank_stream(...).task`` + ``EpochPlan.order``) for N up to 1B.
 
     benchmarks/.venv/bin/python benchmarks/plan.py [--big]
 """
@@ -64,12 +64,12 @@ def _mosaic(algo: str) -> Callable[[int, int], Callable[[], object]]:
 def ours_first_batch(n: int, clump: int) -> Callable[[], object]:
     """The plan's part of rank 0's first batch: its task, then those rows' positions."""
     from loader.plan import PlanSpec
-    from loader.stream import RankStream, task_order_indices
+    from loader.stream import Batching, rank_stream, task_order_indices
 
     spec = PlanSpec(n, S, True, SEED, clump)
 
     def first() -> object:
-        stream = RankStream(0, (0,) * S, spec.rows_per_split, RANK, W, BATCH, False)
+        stream = rank_stream(0, (0,) * S, spec.rows_per_split, RANK, W, Batching(BATCH, False))
         task = stream.task(0)
         return spec.epoch(0).order(task_order_indices(task, spec.rows_per_split))
 

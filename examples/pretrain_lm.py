@@ -153,8 +153,8 @@ def train(rank: int, world: int, job: dict[str, Any]) -> None:
         dl.load_state_dict(load(ckpt / "loader.ckpt"))
         step = saved["step"]
     log = (Path(job["log"]) / f"rank{rank}.jsonl").open("a")
-    while ds.epoch < job["epochs"]:
-        epoch = ds.epoch
+    first = dl.state_dict()["epoch"]  # the position: where the next batch comes from
+    for epoch in range(first, job["epochs"]):
         for batch in dl:
             logits = model(batch)
             labels = batch["labels"]
@@ -229,7 +229,7 @@ def token_accounting(job: dict[str, Any], epochs: int) -> dict[int, dict[str, in
     out = {}
     for epoch in range(epochs):
         blocks = ds.packing.epoch(epoch)
-        total = int(blocks.prefix[:, -1].sum())
+        total = int(ds.packing.lengths.sum()) + ds.num_rows  # every document and its eos
         in_blocks = blocks.blocks_per_split * NUM_SPLITS * job["seq_len"]
         assert in_blocks + blocks.tokens_dropped == total
         out[epoch] = {"tokens": total, "in_blocks": in_blocks, "dropped": blocks.tokens_dropped}

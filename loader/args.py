@@ -4,6 +4,7 @@ the value it got and the range it accepts (a late TypeError deep in NumPy names 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Collection
 from numbers import Integral, Real
 from typing import Any
@@ -68,3 +69,19 @@ def columns(value: Any) -> list[str] | None:
     if not isinstance(value, list | tuple) or not all(isinstance(c, str) for c in value):
         raise TypeError(f"columns must be a list of column names or None, got {_shown(value)}")
     return list(value)
+
+
+def renamed(name: str, value: Any, old_name: str, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """(the name the user wrote, its value) for an argument renamed from `old_name`, still
+    accepted from `kwargs` with a warning: an error about its value must name the argument
+    the user gave."""
+    if old_name not in kwargs:
+        return name, value
+    old = kwargs.pop(old_name)
+    if value is not None:
+        raise ValueError(
+            f"{old_name}={old!r} and {name}={value!r} were both given; {old_name} is the old "
+            f"name of {name}: pass {name} only"
+        )
+    warnings.warn(f"{old_name} is now {name}", DeprecationWarning, stacklevel=3)
+    return old_name, old

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-import warnings
 from collections.abc import Callable, Generator, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -25,8 +24,15 @@ from loader.layout import check_world_size, owned_splits, slice_bounds
 from loader.mainguard import check_main_guard
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching, Progress
+from loader.stacks import StackDumps
 from loader.stream import BatchTask, RankStream
-from loader.watchdog import DEFAULT_DATA_TIMEOUT_S, DataWaitTimeout, WorkerPids, watched_batches
+from loader.watchdog import (
+    DEFAULT_DATA_TIMEOUT_S,
+    DataWaitTimeout,
+    WorkerPids,
+    wait_limit,
+    watched_batches,
+)
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
@@ -140,8 +146,9 @@ class StreamingDataLoader(DataLoader[Any]):
             one where W does not divide G; `loss_scale` makes the gradient exact).
         num_workers: worker processes; they change nothing in what is yielded.
         drop_last: drop this epoch's final short batch.
-        shuffle: accepted for LitData/torch code when it agrees with the dataset's plan
-            (`shuffle=True` for a shuffling dataset); the dataset decides the order.
+        shuffle: as LitData: turns the dataset's shuffling on (or off) while nothing has
+            been read from it and no state loaded (its seed is kept); once reading started,
+            a `shuffle` that contradicts the dataset is refused. None: the dataset's.
         batch_transform: called on each batch dict inside the worker.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
@@ -161,9 +168,13 @@ class StreamingDataLoader(DataLoader[Any]):
             worth (128 blocks of 2048).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
-            read includes starting the workers). Past it the workers are killed and the loop
-            raises `DataWaitTimeout` naming them (within about 5 s more: torch's status-check
-            interval), so a stopped or stuck worker fails the rank instead of hanging it.
+            read includes starting the workers). torch's `timeout=` applies the same way
+            when it is smaller (a stopped worker's handshake escapes torch's own check).
+            Past the limit the Python stacks of the main process and every worker are
+            written to a file, the workers are killed and the loop raises
+            `DataWaitTimeout` naming them and the file (within about 5 s more: torch's
+            status-check interval), so a stopped or stuck worker fails the rank instead of
+            hanging it, and says where it was stuck.
         **kwargs: passed to torch's DataLoader (pin_memory, persistent_workers,
             prefetch_factor, multiprocessing_context, timeout, ...).
 
@@ -171,7 +182,7 @@ class StreamingDataLoader(DataLoader[Any]):
     then holds the batches handed out ahead of the others, so a resume (same batch size)
     reads every row once. Refused: `sampler`/`batch_sampler` (the plan decides the rows),
     `in_order=False` on several ranks (global batch t would mix steps), and a `shuffle`
-    that contradicts the dataset's.
+    that contradicts a dataset already read.
     """
 
     def __init__(
@@ -197,15 +208,15 @@ class StreamingDataLoader(DataLoader[Any]):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}"
             )
-        if "read_ahead" in kwargs:
-            warnings.warn("read_ahead is now reads_in_flight", DeprecationWarning, stacklevel=2)
-            reads_in_flight = kwargs.pop("read_ahead")
-        _check_torch_kwargs(dataset, shuffle, kwargs)
+        in_flight_name, reads_in_flight = args.renamed(
+            "reads_in_flight", reads_in_flight, "read_ahead", kwargs
+        )
+        shuffle = _check_torch_kwargs(dataset, shuffle, kwargs)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
         self._batching = _batching(dataset, batch_size, global_batch_size, drop_last)
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
-        reads_in_flight = args.optional_integer("reads_in_flight", reads_in_flight, 0)
+        reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
             reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
         self.reads_in_flight = reads_in_flight
@@ -221,6 +232,8 @@ class StreamingDataLoader(DataLoader[Any]):
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = _clean_worker_context()
+        self._stacks = StackDumps()  # where workers write their stacks when a wait times out
+        kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
             _BatchReads(dataset, batch_transform, reads_in_flight if num_workers > 0 else 1),
             batch_size=None,
@@ -229,6 +242,8 @@ class StreamingDataLoader(DataLoader[Any]):
             **kwargs,
         )
         self._task_sampler = sampler
+        if shuffle is not None:  # every other argument passed: now the plan may change
+            dataset.use_shuffle(shuffle)
         self._telemetry = reporter.connect(self, telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
@@ -347,9 +362,9 @@ class StreamingDataLoader(DataLoader[Any]):
         """Reads from torch's worker processes, each wait watched when data_timeout_s is set."""
         reads = super().__iter__()
         self._latest_workers = WorkerPids(reads)
-        return watched_batches(
-            reads, self.data_timeout_s, self._latest_workers, self.streaming_dataset.rank
-        )
+        limit = wait_limit(self.data_timeout_s, self.timeout)
+        rank = self.streaming_dataset.rank
+        return watched_batches(reads, limit, self._latest_workers, rank, self._stacks)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -455,9 +470,10 @@ def _batching(
 
 
 def _check_torch_kwargs(
-    dataset: StreamingDataset, shuffle: bool | None, kwargs: dict[str, Any]
-) -> None:
-    """Accept torch/LitData arguments that agree with the plan; refuse those that do not."""
+    dataset: StreamingDataset, shuffle: Any, kwargs: dict[str, Any]
+) -> bool | None:
+    """Accept torch/LitData arguments that agree with the plan, refuse those that do not;
+    the `shuffle` to apply (as LitData: see `StreamingDataset.use_shuffle`)."""
     planned = [k for k in _PLANNED if kwargs.get(k) is not None]
     if planned:
         raise ValueError(
@@ -466,11 +482,6 @@ def _check_torch_kwargs(
         )
     for key in _PLANNED:
         kwargs.pop(key, None)
-    if shuffle is not None and args.boolean("shuffle", shuffle) != dataset.plan.shuffle:
-        raise ValueError(
-            f"shuffle={shuffle} contradicts the dataset, built with shuffle="
-            f"{dataset.plan.shuffle}; the dataset decides the order: pass shuffle= to "
-            f"StreamingDataset (or leave it out here)"
-        )
     if kwargs.get("in_order", True) is not True and dataset.world_size > 1:
         raise ValueError(_IN_ORDER)
+    return None if shuffle is None else args.boolean("shuffle", shuffle)

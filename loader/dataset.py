@@ -7,13 +7,13 @@ cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
@@ -26,7 +26,7 @@ from loader.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
 from loader.units import BlockUnits, UnitRequest, Units
-from loader.world import World, agree_with_rank0, resolve_world
+from loader.world import World, agree_with_rank0, agreement_group, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
 SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
@@ -54,6 +54,10 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         storage_options: object-store options (default: the LanceDB connection's).
         pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks
             of `pack_sequences` tokens (docs/packing.md); a split's unit is then a block.
+        process_group: the group the table version (and a picked seed) is agreed over:
+            by default torch.distributed's group when this dataset's rank/world_size are
+            the process's (so a dataset one rank builds alone, rank=0, world_size=1, waits
+            for nobody); a group to agree over a subset; False for no agreement.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         eos_id: int | None = None,
         pad_id: int | None = None,
         blocks_per_epoch: int | None = None,
+        process_group: Any = None,
     ) -> None:
         if source is None:
             raise ValueError(
@@ -103,8 +108,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         )
         if self._unit_request.pack is not None and transform is not None:
             raise ValueError("transform (per row) cannot be combined with pack_sequences")
+        group = agreement_group(self.world, process_group, version is not None)  # not kept
         self._seed_picked = shuffle_seed is None
-        seed = self._pick_seed() if shuffle_seed is None else shuffle_seed
+        seed = self._pick_seed(group) if shuffle_seed is None else shuffle_seed
         self._request = ShuffleRequest(
             args.boolean("shuffle", shuffle),
             args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
@@ -113,10 +119,11 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
         if version is None:  # a fresh start: every rank reads the version rank 0 sees
-            agreed = agree_with_rank0(resolved.spec.version)
+            agreed = agree_with_rank0(resolved.spec.version, group, "table version")
             if agreed != resolved.spec.version:
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
+        self._state_loaded = False
         self.progress = Progress(
             self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
         )
@@ -140,15 +147,19 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def on_error(self) -> OnError:
         return self._unit_request.on_error
 
-    def _pick_seed(self) -> int:
+    def _pick_seed(self, group: Any) -> int:
         """A random seed, the same on every rank: rank 0's, by broadcast."""
-        if self.world.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+        if self.world.world_size > 1 and group is None:
             raise ValueError(
                 "shuffle_seed=None picks a seed on rank 0 and shares it through "
-                "torch.distributed, which is not initialised here; pass shuffle_seed=<int> "
-                "(the same on every rank) or call init_process_group first"
+                "torch.distributed, but no process group covers this dataset's ranks here "
+                "(torch.distributed not initialised, rank/world_size not the process's, or "
+                "process_group=False); pass shuffle_seed=<int> (the same on every rank), call "
+                "init_process_group first, or pass process_group=<the group of its ranks>"
             )
-        return int(agree_with_rank0(secrets.randbelow(SEED_PICKED)))
+        seed = agree_with_rank0(secrets.randbelow(SEED_PICKED), group, "picked shuffle_seed")
+        assert seed is not None
+        return seed
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies (plain DataLoader workers under spawn) read through the picklable reader;
@@ -175,10 +186,10 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         request = self._request if seed is None else self._request.with_seed(seed)
         return PlanSpec.of(resolved.num_rows, self._num_splits, request)
 
-    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec) -> None:
+    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> None:
         self.plan = plan
         self._request = plan.request
-        self.units: Units = self._unit_request.bind(resolved, plan)
+        self.units: Units = self._unit_request.bind(resolved, plan, lengths)
 
     @property
     def reader(self) -> Any:
@@ -189,6 +200,22 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def packing(self) -> PackedTokens | None:
         """The packed token blocks, when packing."""
         return self.units.packing if isinstance(self.units, BlockUnits) else None
+
+    def use_shuffle(self, shuffle: bool) -> None:
+        """Turn shuffling on or off, as LitData's `StreamingDataLoader(ds, shuffle=...)` does:
+        only while nothing has been read and no state loaded (the plan is then still free to
+        change; the seed is kept). After that the order is fixed, so a change is refused."""
+        if shuffle == self.plan.shuffle:
+            return
+        if self._state_loaded or not self.progress.untouched():
+            raise ValueError(
+                f"shuffle={shuffle} contradicts the dataset, built with shuffle="
+                f"{self.plan.shuffle}, and rows have already been read from it (or a state "
+                f"loaded), so its order cannot change now; pass shuffle={shuffle} to "
+                f"StreamingDataset (or leave shuffle out of StreamingDataLoader)"
+            )
+        lengths = self.packing.lengths if self.packing is not None else None
+        self._adopt(self.source, dataclasses.replace(self.plan, shuffle=shuffle), lengths)
 
     def units_per_split(self, epoch: int) -> int:
         """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
@@ -308,6 +335,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         st.check_cursors(state, plan.num_splits, plan.rows_per_split)
         if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
             self._adopt(resolved, plan)
+        self._state_loaded = True  # the plan is the state's from now on (see use_shuffle)
         epoch = state[st.KEY_EPOCH]
         self.progress.load_state_dict(
             {**state, st.KEY_CURSORS: self.units.from_state(state)}, self.units_per_split(epoch)

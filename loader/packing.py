@@ -141,6 +141,7 @@ class EpochBlocks:
     prefix: NDArray[np.int64]  # (S, L + 1): tokens (with eos) of split s before document d
     seq_len: int
     blocks_per_split: int
+    surplus_tokens: int = 0  # tokens (with eos) of the N - S*L documents in no split
 
     @property
     def num_splits(self) -> int:
@@ -148,9 +149,10 @@ class EpochBlocks:
 
     @property
     def tokens_dropped(self) -> int:
-        """Real tokens of this epoch in no block (each split's tail past B blocks)."""
+        """Tokens (eos included) of this epoch's documents in no block: each split's tail
+        past B blocks, and the surplus documents the plan leaves out of every split."""
         kept = np.minimum(self.prefix[:, -1], self.blocks_per_split * self.seq_len)
-        return int((self.prefix[:, -1] - kept).sum())
+        return int((self.prefix[:, -1] - kept).sum()) + self.surplus_tokens
 
     def to_documents(self, blocks: list[int]) -> tuple[list[int], list[int]]:
         """Block cursors as (document cursor, token offset in that document) per split.
@@ -215,7 +217,10 @@ class PackedTokens:
 
     def _layout(self, epoch: int) -> EpochBlocks:
         splits, length = self.plan.num_splits, self.plan.rows_per_split
-        order = self.plan.epoch(epoch).order_range(0, splits * length)
+        plan = self.plan.epoch(epoch)
+        order = plan.order_range(0, splits * length)
+        surplus = plan.order_range(splits * length, self.plan.rows_dropped)
+        surplus_tokens = int(self.lengths[surplus].astype(np.int64).sum()) + len(surplus)
         per_doc = self.lengths[order].astype(np.int64).reshape(splits, length) + 1  # + eos
         prefix = np.zeros((splits, length + 1), dtype=np.int64)
         np.cumsum(per_doc, axis=1, out=prefix[:, 1:])
@@ -231,7 +236,7 @@ class PackedTokens:
                     f"blocks_per_epoch and pad_id to pad",
                     stacklevel=2,
                 )
-        return EpochBlocks(prefix, self.spec.seq_len, blocks)
+        return EpochBlocks(prefix, self.spec.seq_len, blocks, surplus_tokens)
 
     def blocks_per_split(self, epoch: int) -> int:
         return self.epoch(epoch).blocks_per_split
@@ -244,11 +249,6 @@ def packing_state(blocks: EpochBlocks, cursors: list[int]) -> tuple[list[int], d
 
 
 def blocks_of_state(blocks: EpochBlocks, state: dict[str, Any], docs: list[int]) -> list[int]:
-    """The block cursors a packed state stands for (O(S)), or a clear error."""
-    offsets = state.get(KEY_TOKEN_OFFSETS)
-    if not isinstance(offsets, list) or len(offsets) != len(docs):
-        raise ValueError(
-            f"loader state has token_offsets={offsets!r}; a packed state needs one token "
-            f"offset per split ({len(docs)})"
-        )
-    return blocks.to_blocks(docs, offsets)
+    """The block cursors a packed state stands for (O(S)), or a clear error. (`check_state`
+    checked the offsets' shape: one count per split.)"""
+    return blocks.to_blocks(docs, state[KEY_TOKEN_OFFSETS])

@@ -142,6 +142,10 @@ class Progress:
         """Whether batch `index` of the current stream already reached the training loop."""
         return index < self._batches_done or index in self._ahead
 
+    def untouched(self) -> bool:
+        """Nothing started or handed out since the run began (the plan may still change)."""
+        return self._stream is None and self.global_step == 0 and not any(self._cursors)
+
     def is_current(self, stream: RankStream) -> bool:
         return stream is self._stream
 

@@ -159,7 +159,7 @@ def check_state(state: Any) -> None:
 
     What a state must be whatever dataset it is loaded into: this format and a version we
     read, counters in range, one cursor per split within the split's length, a world size
-    that divides S. Extra keys (in the state, its plan or its source) are left alone, so a
+    that divides S, and for a packed state one token offset per split. Extra keys (in the state, its plan or its source) are left alone, so a
     newer optional field does not break an older reader.
     """
     if not isinstance(state, dict):
@@ -183,6 +183,7 @@ def check_state(state: Any) -> None:
     packed = state[KEY_PLAN].get("pack_sequences") is not None
     skipped_limit = INT64_LIMIT - 1 if packed else num_splits * rows_per_split
     check_count(KEY_SKIPPED, state[KEY_SKIPPED], skipped_limit)
+    _check_packed_fields(state, packed, num_splits)
     global_batch = None
     if KEY_GLOBAL_BATCH in state:  # optional: states written before any W was allowed lack it
         global_batch = check_count(KEY_GLOBAL_BATCH, state[KEY_GLOBAL_BATCH], low=1)
@@ -296,6 +297,36 @@ def _check_cursor_list(cursors: Any, num_splits: int, rows_per_split: int) -> No
                 f"the cursor of split {split} is {cursor!r}, outside [0, {rows_per_split}] "
                 "(rows_per_split)",
             )
+
+
+def _check_packed_fields(state: dict[str, Any], packed: bool, num_splits: int) -> None:
+    """A packed state holds one token offset (a count) per split, and may hold
+    `tokens_dropped` (a count); a state that is not packed holds no token offsets."""
+    offsets = state.get(KEY_TOKEN_OFFSETS)
+    if not packed:
+        if offsets is not None:
+            raise StateError(
+                KEY_TOKEN_OFFSETS,
+                "is set but plan.pack_sequences is null: only a packed state has token offsets",
+            )
+        return
+    if not isinstance(offsets, list) or len(offsets) != num_splits:
+        got = (
+            f"has {len(offsets)} offsets"
+            if isinstance(offsets, list)
+            else "is missing"
+            if offsets is None
+            else f"is a {type(offsets).__name__}"
+        )
+        raise StateError(
+            KEY_TOKEN_OFFSETS,
+            f"{got}; a packed state (plan.pack_sequences={state[KEY_PLAN]['pack_sequences']!r}) "
+            f"holds one token offset per split, num_splits={num_splits}",
+        )
+    for split, offset in enumerate(offsets):
+        check_count(f"{KEY_TOKEN_OFFSETS}[{split}]", offset)
+    if KEY_TOKENS_DROPPED in state:
+        check_count(KEY_TOKENS_DROPPED, state[KEY_TOKENS_DROPPED])
 
 
 def check_plan(state: dict[str, Any], plan: dict[str, Any], fields: tuple[str, ...]) -> None:

@@ -178,6 +178,25 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def _check_env(from_env: Mapping[str, bool], url: str, run_id: str) -> None:
+    """ValueError naming the environment variable whose value the client would refuse."""
+    for name, value, check in ((ENV_URL, url, check_url), (ENV_RUN_ID, run_id, _check_run_id)):
+        if from_env[name] and os.environ.get(name):
+            try:
+                check(value)
+            except ValueError as exc:
+                raise ValueError(f"${name}={value!r} is refused ({exc})") from None
+
+
+def _check_run_id(run_id: str) -> str:
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(
+            f"Invalid telemetry run_id {run_id!r}: use 1-128 printable characters "
+            "without '/' (e.g. ELASTIC_LOADER_RUN_ID=llama-run-7)"
+        )
+    return run_id
+
+
 def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
@@ -209,13 +228,8 @@ class TelemetryClient:
         timeout_s: float = 1.0,
         max_queue: int = 1024,
     ) -> None:
-        if not RUN_ID.fullmatch(run_id):
-            raise ValueError(
-                f"Invalid telemetry run_id {run_id!r}: use 1-128 printable characters "
-                "without '/' (e.g. ELASTIC_LOADER_RUN_ID=llama-run-7)"
-            )
+        self.run_id = _check_run_id(run_id)
         self.endpoint = check_url(url) + INGEST_PATH
-        self.run_id = run_id
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
         self.interval_s = interval_s
@@ -258,11 +272,25 @@ class TelemetryClient:
     def from_settings(
         cls, url: str | None, run_id: str | None, static: Mapping[str, Any]
     ) -> TelemetryClient | None:
-        """The loader's entry point: arguments win, then the environment; None means off."""
+        """The loader's entry point: arguments win, then the environment; None means off.
+
+        A bad argument is an error at construction; a bad environment variable (set for the
+        whole job, perhaps by a launcher) is one warning and no telemetry: the job runs.
+        """
+        from_env = {ENV_URL: url is None, ENV_RUN_ID: run_id is None}
         url = url or os.environ.get(ENV_URL) or None
         if url is None:
             return None
         run_id = run_id or os.environ.get(ENV_RUN_ID) or _default_run_id(static)
+        try:
+            _check_env(from_env, url, run_id)
+        except ValueError as exc:
+            warnings.warn(
+                f"elastic-loader telemetry is off: {exc}; training continues",
+                TelemetryWarning,
+                stacklevel=3,
+            )
+            return None
         return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
 
     def set_snapshot(self, fn: Snapshot) -> None:

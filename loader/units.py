@@ -115,12 +115,14 @@ class UnitRequest:
         """What the plan's identity adds (the packing keywords)."""
         return self.pack.identity() if self.pack is not None else {}
 
-    def bind(self, resolved: ResolvedSource, plan: PlanSpec) -> Units:
+    def bind(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> Units:
         """The units of `plan` on the pinned `resolved` source (packing reads the token
-        lengths once, per version)."""
+        lengths once per version, unless `lengths` are the same version's already)."""
         if self.pack is None:
             return RowUnits(plan, BatchReader(resolved, plan, self.transform, self.on_error))
         from loader.packed_reader import PackedReader
 
-        packing = PackedTokens(self.pack, plan, token_lengths(resolved, self.pack.column))
+        if lengths is None:  # the one-off pass, per version
+            lengths = token_lengths(resolved, self.pack.column)
+        packing = PackedTokens(self.pack, plan, lengths)
         return BlockUnits(plan, PackedReader(resolved, plan, packing), packing)

@@ -6,10 +6,12 @@ file-descriptor handshake with that worker, and a stopped worker counts as alive
 torch's status checks never fire. The job then burns GPU-hours doing nothing.
 
 The watchdog is a thread beside the training loop. The loader marks when it starts
-waiting for data and when the data arrives; past the limit the watchdog notes which
-workers are stopped (from /proc), kills the workers (SIGKILL reaches a stopped process)
-so the blocked call returns, and the loader raises `DataWaitTimeout` naming them. The
-rank fails and the job restarts from its last checkpoint.
+waiting for data and when the data arrives; past the limit (`data_timeout_s`, or torch's
+`timeout=` when that is smaller) the watchdog notes which workers are stopped (from /proc),
+writes the Python stacks of the main process and every worker to a file
+(`loader.stacks`), kills the workers (SIGKILL reaches a stopped process) so the blocked
+call returns, and the loader raises `DataWaitTimeout` naming them and the file. The rank
+fails and the job restarts from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from loader.stacks import StackDumps
 
 DEFAULT_DATA_TIMEOUT_S = 600.0
 
@@ -39,7 +43,32 @@ _STATES = {
 
 
 class DataWaitTimeout(RuntimeError):
-    """The rank waited longer than `data_timeout_s` for a batch from its workers."""
+    """The rank waited longer than `data_timeout_s` (or torch's smaller `timeout=`) for a
+    batch from its workers."""
+
+
+class WaitLimit(NamedTuple):
+    seconds: float
+    name: str  # the argument that set it: "data_timeout_s", or torch's "timeout"
+
+    @property
+    def said(self) -> str:
+        torch = "torch's " if self.name == "timeout" else ""
+        return f"{torch}{self.name}={self.seconds:g}"
+
+
+def wait_limit(data_timeout_s: float | None, torch_timeout: float) -> WaitLimit | None:
+    """The smaller of `data_timeout_s` and torch's `timeout=` (0: none), or None for none.
+
+    torch's own timeout bounds only its queue wait, not a stopped worker's handshake; a user
+    who set it expects it to bound the wait, so the watchdog applies it too.
+    """
+    limits = []
+    if data_timeout_s is not None:
+        limits.append(WaitLimit(data_timeout_s, "data_timeout_s"))
+    if torch_timeout > 0:
+        limits.append(WaitLimit(float(torch_timeout), "timeout"))
+    return min(limits, key=lambda limit: limit.seconds) if limits else None
 
 
 def process_state(pid: int) -> str:
@@ -57,12 +86,21 @@ def process_state(pid: int) -> str:
 class Watchdog:
     """Watches one iteration's waits for data; `check` raises once it has fired."""
 
-    def __init__(self, limit_s: float, workers: Callable[[], list[int]], rank: int) -> None:
-        self.limit_s = limit_s
+    def __init__(
+        self,
+        limit: WaitLimit,
+        workers: Callable[[], list[int]],
+        rank: int,
+        stacks: StackDumps | None = None,
+    ) -> None:
+        self.limit_s = limit.seconds
+        self._limit = limit
         self._workers = workers
         self._rank = rank
+        self._stacks = stacks
         self._since: float | None = None
         self._fired: str | None = None
+        self._firing = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._watch, name="elastic-loader-data-watchdog", daemon=True
@@ -76,9 +114,18 @@ class Watchdog:
         self._since = None
 
     def check(self, cause: BaseException | None = None) -> None:
-        """Raise DataWaitTimeout (from `cause`, the error the killed workers caused) if fired."""
-        if self._fired is not None:
-            raise DataWaitTimeout(self._fired) from cause
+        """Raise DataWaitTimeout (from `cause`, the error the killed workers caused) if fired.
+
+        An error that comes once the limit has passed (torch's own `timeout=`, when it is
+        the limit) fires it here first, so it too says where the workers were stuck.
+        """
+        since = self._since
+        if cause is not None and since is not None and time.monotonic() - since >= self.limit_s:
+            self._fire(time.monotonic() - since)
+        with self._firing:  # a firing under way (a stopped worker, continued to write its
+            fired = self._fired  # stacks, may deliver meanwhile) ends before the loop goes on
+        if fired is not None:
+            raise DataWaitTimeout(fired) from cause
 
     def close(self) -> None:
         self._stop.set()
@@ -92,6 +139,11 @@ class Watchdog:
                 return
 
     def _fire(self, waited: float) -> None:
+        with self._firing:  # once: the watchdog's thread and `check` may both get here
+            if self._fired is None:
+                self._fire_once(waited)
+
+    def _fire_once(self, waited: float) -> None:
         pids = self._workers()
         states = {pid: process_state(pid) for pid in pids}
         stuck = [pid for pid, state in states.items() if state.startswith("stopped")]
@@ -101,11 +153,17 @@ class Watchdog:
             if stuck
             else "no worker delivered it"
         )
+        report = self._stacks.dump(self._rank, states) if self._stacks is not None else None
+        where = (
+            f"The Python stacks of the main process and every worker are in {report}. "
+            if report is not None
+            else ""
+        )
         self._fired = (
             f"rank {self._rank} waited {waited:.1f} s for a batch, more than "
-            f"data_timeout_s={self.limit_s:g}: {blame}. Workers: {listed}. They were killed so "
-            f"this rank fails and the job can restart from its last checkpoint; raise "
-            f"data_timeout_s if batches legitimately take this long"
+            f"{self._limit.said}: {blame}. Workers: {listed}. {where}They were killed so this "
+            f"rank fails and the job can restart from its last checkpoint; raise "
+            f"{self._limit.name} if batches legitimately take this long"
         )
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -124,19 +182,24 @@ class WorkerPids:
 
 
 def watched_batches(
-    reads: Iterator[list[Any]], limit_s: float | None, workers: WorkerPids, rank: int
+    reads: Iterator[list[Any]],
+    limit: WaitLimit | None,
+    workers: WorkerPids,
+    rank: int,
+    stacks: StackDumps | None = None,
 ) -> Iterator[Any]:
     """The batches of each read from torch's iterator; with a limit, every wait is watched."""
-    if limit_s is None:
+    if limit is None:
         yield from (batch for read in reads for batch in read)
         return
-    watchdog = Watchdog(limit_s, workers.pids, rank)
+    watchdog = Watchdog(limit, workers.pids, rank, stacks)
     try:
         while True:
             watchdog.waiting()
             try:
                 read = next(reads)
             except StopIteration:
+                watchdog.check()  # fired meanwhile (its workers are killed): the rank fails
                 return
             except Exception as err:
                 watchdog.check(err)

@@ -68,3 +68,35 @@ def report_picked_seed(rank: int, world: int, port: int, out: str) -> None:
         Path(out, f"rank{rank}.json").write_bytes(orjson.dumps(record))
     finally:
         dist.destroy_process_group()
+
+
+def build_on_one_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
+    """Rank 0 alone builds an eval dataset (rank=0, world_size=1), then both ranks build one
+    dataset while rank 1 sees a newer version; then rank 0 alone builds a dataset of the
+    whole group (a mistake): a clear error after the agreement timeout, never a hang."""
+    from tests.net import wait_until
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        table = lancedb.connect(job["db"]).open_table("rows")
+        record: dict[str, Any] = {}
+        if rank == 0:
+            alone = StreamingDataset(table, num_splits=2, rank=0, world_size=1, shuffle_seed=None)
+            record["alone"] = [alone.num_rows, len(StreamingDataLoader(alone, batch_size=100))]
+        table = _append_while_starting(rank, job["db"], table)
+        ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=None)
+        record.update(rows=ds.num_rows, version=ds.source.spec.version, seed=ds.shuffle_seed)
+        done = Path(job["out"], "rank0-done")
+        if rank == 0:
+            os.environ["ELASTIC_LOADER_AGREE_TIMEOUT_S"] = "3"
+            try:
+                StreamingDataset(table, num_splits=NUM_SPLITS)
+            except TimeoutError as err:
+                record["timeout"] = str(err)
+            done.touch()
+        else:
+            wait_until(done.exists, 120, "rank 0's dataset built alone")
+        Path(job["out"], f"rank{rank}.json").write_bytes(orjson.dumps(record))
+    finally:
+        dist.destroy_process_group()

@@ -6,6 +6,8 @@ the table after a write landed.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,13 @@ import pytest
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
-from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS, report_picked_seed, run_rank
+from tests.dist_job import (
+    GLOBAL_BATCH,
+    NUM_SPLITS,
+    build_on_one_rank,
+    report_picked_seed,
+    run_rank,
+)
 from tests.net import free_port
 from tests.tables import lancedb_table
 
@@ -89,3 +97,37 @@ def test_a_picked_seed_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
     ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
     assert ranks[0]["seed"] == ranks[1]["seed"]
     assert not set(ranks[0]["first"]) & set(ranks[1]["first"]), "one plan, disjoint splits"
+
+
+def join_or_fail(
+    ranks: Callable[..., None], args: tuple[Any, ...], nprocs: int, limit_s: float
+) -> None:
+    """Run the ranks; a job still running after `limit_s` is killed and fails the test."""
+    context = mp.start_processes(ranks, args=args, nprocs=nprocs, start_method="spawn", join=False)
+    deadline = time.monotonic() + limit_s
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {nprocs} ranks still ran after {limit_s:g} s: they hang")
+
+
+def test_a_dataset_one_rank_builds_alone_does_not_hang_the_job(tmp_path: Path) -> None:
+    """Issue 19.4: an eval dataset built on rank 0 only (rank=0, world_size=1) deadlocked a
+    2-rank job (the version broadcast, and the picked seed's, was a collective on the whole
+    group). Now it agrees with nobody; a dataset of the whole group still agrees on rank 0's
+    version and seed; one that a rank builds alone by mistake fails in time, saying what to pass."""
+    db = tmp_path / "db"
+    lancedb_table(db)
+    job = {"db": str(db), "out": str(tmp_path)}
+    join_or_fail(build_on_one_rank, (2, free_port(), job), nprocs=2, limit_s=240)
+    ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
+    assert ranks[0]["alone"] == [600, 6]
+    assert ranks[0]["rows"] == ranks[1]["rows"] == 600, "rank 0's version, not rank 1's newer one"
+    assert ranks[0]["version"] == ranks[1]["version"]
+    assert ranks[0]["seed"] == ranks[1]["seed"]
+    message = ranks[0]["timeout"]
+    assert "did not agree on the table version within 3 s" in message, message
+    assert "$ELASTIC_LOADER_AGREE_TIMEOUT_S sets the limit" in message
+    assert "needs rank=0, world_size=1 (or process_group=False)" in message
+    assert "version=<int>" in message

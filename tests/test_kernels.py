@@ -14,7 +14,8 @@ from loader.kernels.permute import (
     mix64,
     round_keys,
 )
-from loader.kernels.stream import _advance, _stream_take
+from loader.kernels.stream import _advance, _runs_order, _slice_runs
+from loader.layout import slice_bounds
 from loader.plan import PlanSpec
 from tests import reference
 
@@ -81,22 +82,29 @@ cursor_cases = st.integers(1, 30).flatmap(
 
 @settings(max_examples=300)
 @given(case=cursor_cases, data=st.data())
-def test_stream_take_and_advance_match_twin(
+def test_advance_slice_runs_and_runs_order_match_twins(
     case: tuple[int, list[int]], data: st.DataObject
 ) -> None:
+    """A step of `count` rows from cursors after `consumed`: the cursors, a rank's runs of
+    it, and their order, each against its twin; the whole step's order is the stream's."""
     length, cursors = case
     full = reference.stream(cursors, length)
     consumed = data.draw(st.integers(0, len(full)))
     count = data.draw(st.integers(0, len(full) - consumed))
     arr = np.array(cursors, dtype=np.int64)
-    after = _advance(arr, consumed, length)
-    assert after.tolist() == reference.advance(cursors, consumed, length)
-    if count:
-        splits, levels = _stream_take(after, count, length)
-        assert (
-            list(zip(splits.tolist(), levels.tolist(), strict=True))
-            == full[consumed : consumed + count]
-        )
+    before = _advance(arr, consumed, length)
+    assert before.tolist() == reference.advance(cursors, consumed, length)
+    after = _advance(before, count, length)
+    world = data.draw(st.integers(1, max(1, count)))
+    rank = data.draw(st.integers(0, world - 1))
+    lo, hi = slice_bounds(rank, world, count)
+    splits, starts, stops = _slice_runs(before, after, lo, hi)
+    runs = list(zip(splits.tolist(), starts.tolist(), stops.tolist(), strict=True))
+    assert runs == reference.slice_runs(before.tolist(), after.tolist(), lo, hi)
+    assert _runs_order(splits, starts, stops, length).tolist() == reference.runs_order(runs, length)
+    whole = _slice_runs(before, after, 0, count)
+    stream_order = [s * length + level for s, level in full[consumed : consumed + count]]
+    assert _runs_order(*whole, length).tolist() == stream_order
 
 
 def test_order_positions_of_empty_selection() -> None:

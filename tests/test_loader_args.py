@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
@@ -85,7 +86,6 @@ def test_the_largest_seed_is_accepted_and_saved(arrow_rows: Any) -> None:
         ({"batch_transform": "f"}, TypeError, r"batch_transform must be a function or None"),
         ({"sampler": [0, 1]}, ValueError, r"\['sampler'\] are decided by the plan"),
         ({"batch_sampler": [[0]]}, ValueError, r"\['batch_sampler'\] are decided by the plan"),
-        ({"shuffle": False}, ValueError, r"shuffle=False contradicts the dataset"),
     ],
     ids=lambda v: str(v) if isinstance(v, dict) else "",
 )
@@ -107,5 +107,98 @@ def test_litdata_style_arguments_that_agree_with_the_plan_are_accepted(arrow_row
     assert [b["id"].tolist() for b in as_litdata] == expected
     ordered = StreamingDataset(arrow_rows, num_splits=2, shuffle=False)
     assert len(StreamingDataLoader(ordered, batch_size=100, shuffle=False, in_order=True)) == 6
-    with pytest.raises(ValueError, match="shuffle=True contradicts the dataset"):
-        StreamingDataLoader(ordered, batch_size=100, shuffle=True)
+
+
+def test_errors_about_read_ahead_name_read_ahead(arrow_rows: Any) -> None:
+    """Issue 19.15: `read_size=0, read_ahead=-5` was refused naming reads_in_flight, an
+    argument the user did not write."""
+    ds = StreamingDataset(arrow_rows, num_splits=2)
+    with (
+        pytest.warns(DeprecationWarning, match="read_ahead is now reads_in_flight"),
+        pytest.raises(ValueError, match=r"^read_ahead must be an integer >= 0, got -5$"),
+    ):
+        StreamingDataLoader(ds, read_size=0, read_ahead=-5)
+    with pytest.raises(ValueError, match=r"read_ahead=2 and reads_in_flight=3 were both given"):
+        StreamingDataLoader(ds, read_ahead=2, reads_in_flight=3)
+    with pytest.warns(DeprecationWarning):
+        assert StreamingDataLoader(ds, read_ahead=3).reads_in_flight == 3
+
+
+def _ids(loader: StreamingDataLoader) -> list[list[int]]:
+    return [b["id"].tolist() for b in loader]
+
+
+def test_the_loaders_shuffle_turns_shuffling_on_or_off_before_reading(arrow_rows: Any) -> None:
+    """Issue 19: LitData's `StreamingDataLoader(ds, shuffle=True)` over a dataset built
+    without shuffling was refused; LitData turns shuffling on (keeping the dataset's seed)."""
+    shuffled = _ids(
+        StreamingDataLoader(
+            StreamingDataset(arrow_rows, num_splits=2, shuffle_seed=7), batch_size=100
+        )
+    )
+    ordered = _ids(
+        StreamingDataLoader(
+            StreamingDataset(arrow_rows, num_splits=2, shuffle=False), batch_size=100
+        )
+    )
+    assert shuffled != ordered
+    ds = StreamingDataset(arrow_rows, num_splits=2, shuffle=False, shuffle_seed=7)
+    with pytest.raises(ValueError, match="batch_size"):
+        StreamingDataLoader(ds, batch_size=0, shuffle=True)
+    assert not ds.plan.shuffle, "a construction that failed changed nothing"
+    dl = StreamingDataLoader(ds, batch_size=100, shuffle=True)
+    assert ds.plan.shuffle and ds.shuffle_seed == 7
+    assert _ids(dl) == shuffled
+    assert dl.state_dict()["plan"]["shuffle"] is True  # the state says what was read
+    off = StreamingDataLoader(
+        StreamingDataset(arrow_rows, num_splits=2), batch_size=100, shuffle=False
+    )
+    assert _ids(off) == ordered and off.state_dict()["plan"]["shuffle"] is False
+
+
+def test_the_loaders_shuffle_replans_packed_data_too() -> None:
+    docs = pa.table(
+        {"tokens": pa.array([[i] * (i % 5 + 1) for i in range(60)], pa.list_(pa.int32()))}
+    )
+    kw: dict[str, Any] = {"columns": ["tokens"], "num_splits": 2, "pack_sequences": 4, "eos_id": -1}
+    shuffled = StreamingDataLoader(StreamingDataset(docs, **kw), batch_size=2)
+    ordered = StreamingDataset(docs, shuffle=False, **kw)
+    replanned = StreamingDataLoader(ordered, batch_size=2, shuffle=True)
+    assert ordered.packing is not None and ordered.packing.plan.shuffle
+    want = [b["input_ids"].tolist() for b in shuffled]
+    assert [b["input_ids"].tolist() for b in replanned] == want
+
+
+def test_the_loaders_shuffle_is_refused_once_reading_started(arrow_rows: Any) -> None:
+    ds = StreamingDataset(arrow_rows, num_splits=2, shuffle=False)
+    first = StreamingDataLoader(ds, batch_size=100)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(
+        ValueError,
+        match=r"shuffle=True contradicts the dataset, built with "
+        r"shuffle=False, and rows have already been read",
+    ):
+        StreamingDataLoader(ds, batch_size=100, shuffle=True)
+    assert not ds.plan.shuffle
+    fresh = StreamingDataset(arrow_rows, num_splits=2, shuffle=False)
+    fresh.load_state_dict({**state, "cursors": [0, 0], "step": 0, "global_step": 0})
+    with pytest.raises(ValueError, match="or a state loaded"):
+        StreamingDataLoader(fresh, batch_size=100, shuffle=True)
+
+
+def test_process_group_is_checked_naming_it(
+    arrow_rows: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match=r"process_group='g': expected a torch.distributed"):
+        StreamingDataset(arrow_rows, num_splits=2, process_group="g")
+    alone = StreamingDataset(arrow_rows, num_splits=2, process_group=False, shuffle_seed=None)
+    assert alone.num_rows == 600  # no group, one rank: nothing to agree on
+    with pytest.raises(ValueError, match=r"or process_group=False\); pass shuffle_seed=<int>"):
+        StreamingDataset(arrow_rows, num_splits=2, rank=0, world_size=2, shuffle_seed=None)
+    from loader.world import agree_timeout_s
+
+    assert agree_timeout_s() == 300
+    monkeypatch.setenv("ELASTIC_LOADER_AGREE_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match=r"ELASTIC_LOADER_AGREE_TIMEOUT_S='soon': expected a"):
+        agree_timeout_s()

@@ -46,19 +46,8 @@ def test_plan_command_reports_splits_drops_world_sizes_and_batches(
     assert "r0:[0,9)+9[0:1 of 2] r1:9[1:2 of 2]+[10,19)" in out
     assert rows["8"][1:4] == ["yes", "6", "12"]
     assert "dl.loss_scale" in out
-    main(
-        [
-            "plan",
-            "--rows",
-            "1000",
-            "--num-splits",
-            "48",
-            "--world-sizes",
-            "5",
-            "--global-batch",
-            "100",
-        ]
-    )
+    args = "plan --rows 1000 --num-splits 48 --world-sizes 5 --global-batch 100"
+    main(args.split(" "))
     assert "5  no" in capsys.readouterr().out  # G % S != 0: W must divide S
 
 

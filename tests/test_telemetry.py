@@ -314,3 +314,38 @@ def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
     url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
     wait_until(lambda: get_json(url, otherwise={}).get("count") == 1, 10, "the event")
     wait_until(lambda: not client._thread.is_alive(), 10, "the sender's end")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"ELASTIC_LOADER_TELEMETRY": "not a url"}, "$ELASTIC_LOADER_TELEMETRY='not a url'"),
+        (
+            {"ELASTIC_LOADER_TELEMETRY": "http://127.0.0.1:9", "ELASTIC_LOADER_RUN_ID": "a/b"},
+            "$ELASTIC_LOADER_RUN_ID='a/b'",
+        ),
+    ],
+)
+def test_a_bad_telemetry_environment_is_one_warning_and_the_job_runs(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    """Issue 19: `ELASTIC_LOADER_TELEMETRY='not a url'` failed the job (a traceback) instead
+    of one warning; the same value passed as the argument stays an error."""
+    from loader import StreamingDataLoader, StreamingDataset
+    from tests.tables import make_rows
+
+    for name in ("ELASTIC_LOADER_TELEMETRY", "ELASTIC_LOADER_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ds = StreamingDataset(make_rows(0, 100), num_splits=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dl = StreamingDataLoader(ds, batch_size=10)
+        assert sum(len(b["id"]) for b in dl) == 100
+    ours = [w for w in caught if issubclass(w.category, TelemetryWarning)]
+    assert len(ours) == 1, [str(w.message) for w in caught]
+    assert named in str(ours[0].message) and "telemetry is off" in str(ours[0].message)
+    assert dl._telemetry.client is None  # the no-op reporter: telemetry is off
+    with pytest.raises(ValueError, match="Invalid telemetry"):
+        StreamingDataLoader(ds, batch_size=10, telemetry="not a url", run_id="a/b")

@@ -46,8 +46,10 @@ def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.Comp
     )
 
 
-def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(tmp_path: Path) -> None:
-    """torch's own wait never ends here (a stopped worker counts as alive); ours does."""
+def stop_a_worker(tmp_path: Path, loader_args: str, warm_up: str = "") -> dict[str, Any]:
+    """Run a training script that SIGSTOPs one of its 2 workers after a first batch, and
+    return what it saw: the pids, the stopped one, and the DataWaitTimeout's message and
+    how long after the stop it came (absent if the loop ended without one)."""
     out = tmp_path / "result.json"
     done = run_script(
         tmp_path / "train.py",
@@ -62,10 +64,9 @@ def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(tmp_path: Pa
             ds = StreamingDataset(make_rows(0, 400), num_splits=2, shuffle=False)
             dl = StreamingDataLoader(
                 ds, batch_size=10, read_size=10, num_workers=2, prefetch_factor=1,
-                persistent_workers=True, data_timeout_s=120,
+                {loader_args},
             )
-            next(iter(dl))  # workers start (slow on a busy machine): not what is measured
-            dl.data_timeout_s = {LIMIT_S}  # read when an iteration starts
+            {warm_up}
             it = iter(dl)
             next(it)
             pids = dl.worker_pids
@@ -89,11 +90,26 @@ def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(tmp_path: Pa
         """,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = orjson.loads(out.read_bytes())
+    result: dict[str, Any] = orjson.loads(out.read_bytes())
     assert "message" in result, f"the loop ended without DataWaitTimeout: {done.stderr[-3000:]}"
+    return result
+
+
+def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's own wait never ends here (a stopped worker counts as alive); ours does."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the stacks file (tests/test_watchdog.py)
+    result = stop_a_worker(
+        tmp_path,
+        "persistent_workers=True, data_timeout_s=120",
+        # workers start (slow on a busy machine): not what is measured; the limit is read
+        # when an iteration starts
+        f"next(iter(dl)); dl.data_timeout_s = {LIMIT_S}",
+    )
     # within the limit, plus torch's own status-check interval (5 s: a main thread waiting
     # on the queue notices the killed workers at its next check) and slack for a busy machine
-    assert result["waited"] < LIMIT_S + 5 + 5, result
+    assert result["waited"] < LIMIT_S + 5 + 3 + 5, result  # + 3 s for the workers' stacks
     assert f"worker pid(s) {result['stopped']} stopped" in result["message"], result
     assert f"data_timeout_s={LIMIT_S:g}" in result["message"]
     # the main thread was blocked on the stopped worker: only killing the workers freed it
@@ -128,6 +144,32 @@ def test_guarded_scripts_and_fork_workers_are_not_refused(tmp_path: Path) -> Non
     assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
     forked = UNGUARDED.replace("num_workers=1", 'num_workers=1, multiprocessing_context="fork"')
     done = run_script(tmp_path / "forked.py", forked)
+    assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
+
+
+def _guarded_by(test: str) -> str:
+    body = UNGUARDED.split("ds =", 1)[1]
+    return UNGUARDED.split("ds =", 1)[0] + f"if {test}:\n" + textwrap.indent("ds =" + body, "    ")
+
+
+@pytest.mark.parametrize(
+    "test",
+    ['__name__ == "__main__" and True', '__name__ in ("__main__",)', '"__main__" == __name__'],
+)
+def test_scripts_with_other_valid_guards_run(tmp_path: Path, test: str) -> None:
+    """Issue 19.13: `if __name__ == "__main__" and ...:` and `if __name__ in (...)` were refused."""
+    done = run_script(tmp_path / "guarded.py", _guarded_by(test))
+    assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
+
+
+def test_an_unguarded_script_without_py_gets_the_clear_error(tmp_path: Path) -> None:
+    """Issue 19.13: a script not named *.py was not checked and died with 'worker exited
+    unexpectedly' (workers re-run it all the same); a guarded one runs."""
+    done = run_script(tmp_path / "train", UNGUARDED)
+    assert done.returncode != 0
+    assert f"{tmp_path / 'train'}, line 5" in done.stderr, done.stderr[-3000:]
+    assert "DataLoader worker (pid" not in done.stderr
+    done = run_script(tmp_path / "train-guarded", _guarded_by('__name__ == "__main__"'))
     assert done.returncode == 0 and done.stdout == "read\n", done.stderr[-3000:]
 
 
@@ -192,9 +234,9 @@ def test_in_order_false_hands_out_early_batches_and_resumes_every_row_once(
 
 def _require_warm_kernels(worker_id: int) -> None:
     """Runs in each worker before its first read."""
-    from loader.kernels.stream import _advance, _stream_take
+    from loader.kernels.stream import _advance, _runs_order, _slice_runs
 
-    if not (_advance.signatures and _stream_take.signatures):
+    if not (_advance.signatures and _runs_order.signatures and _slice_runs.signatures):
         raise AssertionError(f"worker {worker_id} would load the plan kernels itself")
 
 
@@ -213,6 +255,15 @@ def test_workers_fork_with_the_plan_kernels_already_loaded(arrow_rows: Any) -> N
         ('x = 1\nif __name__ == "__main__":\n    main()\n', {3}),
         ('if "__main__" == __name__:\n    a()\n    b()\nelse:\n    c()\n', {2, 3}),
         ('if __name__ != "__main__":\n    a()\n', set()),
+        # issue 19.13: valid guards that were refused
+        ('if __name__ == "__main__" and len(sys.argv) > 1:\n    a()\n', {2}),
+        ('if __name__ in ("__main__",):\n    a()\n', {2}),
+        ('if __name__ in ["__main__", "x"]:\n    a()\n', {2}),
+        ('if not __name__ != "__main__":\n    a()\n', {2}),
+        ('if __name__ != "__main__":\n    pass\nelse:\n    a()\n', {4}),
+        ('if __name__ == "__main__" or ready():\n    a()\n', set()),  # not a guard
+        ('if __name__ in ("__main__", "__mp_main__"):\n    a()\n', set()),  # nor this
+        ("if ready():\n    a()\n", set()),
     ],
 )
 def test_which_lines_of_a_script_are_guarded(

@@ -1,10 +1,12 @@
-"""A rank's stream over its splits: always the owned split with the smallest cursor next.
+"""The smallest-cursor-first stream over splits, and a rank's part of a step of it.
 
 Taking from the split with the smallest cursor (ties: lowest index) emits the pairs
-(cursor, split) in lexicographic order, so the stream is a walk over cursor levels. That
-gives both kernels their shape: `_stream_take` walks levels to list the next rows, and
-`_advance` jumps over any number of rows with a binary search on the level, so a worker or
-a resumed rank starts at batch t in O(k log L) instead of replaying t batches.
+(cursor, split) in lexicographic order, so the stream is a walk over cursor levels, and a
+split's rows in any stretch of it are consecutive (a run). That gives the kernels their
+shape: `_advance` jumps over any number of rows with a binary search on the level (a
+worker or a resumed rank starts at batch t in O(S log L), not by replaying t batches);
+`_slice_runs` cuts a rank's positions out of a step laid out split-major; `_runs_order`
+lists runs' rows in stream order (by level, then split).
 """
 
 from __future__ import annotations
@@ -13,27 +15,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from loader.kernels.config import njit
-
-
-@njit
-def _stream_take(
-    cursors: NDArray[np.int64], count: int, length: int
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The next `count` (split, cursor) pairs from `cursors`; splits are local indices."""
-    splits = np.empty(count, dtype=np.int64)
-    levels = np.empty(count, dtype=np.int64)
-    filled = 0
-    level = cursors.min()
-    while filled < count and level < length:
-        for s in range(cursors.shape[0]):
-            if cursors[s] <= level:
-                splits[filled] = s
-                levels[filled] = level
-                filled += 1
-                if filled == count:
-                    break
-        level += 1
-    return splits[:filled], levels[:filled]
 
 
 @njit
