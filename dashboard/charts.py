@@ -109,17 +109,17 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     x, y = alt.X("x:Q", scale=x_scale, axis=None), alt.Y("row:Q", scale=y_scale, axis=None)
     base = alt.Chart(frame).encode(x=x, x2="x2:Q", y=y, y2="row2:Q")
     tooltip = ["split:Q", "rank:Q", "part:N", "host:N", "GPU:N", "workers:Q", "state:N"]
-    cells = base.mark_rect(**_stroke(cell)).encode(
-        color=alt.Color(
-            "rank:Q",
-            # turbo without its near-black ends: dark means "silent" on this grid
-            scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
-            legend=alt.Legend(
-                orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
-            ),
+    colour = alt.Color(
+        "rank:Q",
+        # turbo without its near-black ends: dark means "silent" on this grid
+        scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
+        legend=alt.Legend(
+            orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
         ),
-        tooltip=tooltip,
     )
+    # grey: who reads the split is not known yet (W does not divide S and no rank said G)
+    unknown = alt.condition("datum.rank < 0", alt.value("#dddddd"), colour)
+    cells = base.mark_rect(**_stroke(cell)).encode(color=unknown, tooltip=tooltip)
     dead = (
         base.transform_filter("datum.silent")
         .mark_rect(color="#212121", opacity=0.85)

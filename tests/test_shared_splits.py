@@ -76,6 +76,10 @@ def test_the_grid_follows_the_layout() -> None:
     ]
     assert two["x2"].tolist() == pytest.approx([2 + 20 / 30, 3])
     charts.placement_grid(grid | {"world_size": W, "ranks": []}, S, "now").to_dict()
+    # W = 3 before any rank said G (e.g. only its resume event arrived): not known, not wrong
+    unknown = layout_of(W, S) | {"world_size": W, "ranks": []}
+    assert unknown["owner"] == [-1] * S and unknown["shared"] == []
+    charts.placement_grid(unknown, S, "now").to_dict()
 
 
 def test_three_real_loaders_over_eight_splits_on_the_dashboard(tmp_path: Path) -> None:
