@@ -157,3 +157,23 @@ def test_the_cli_from_a_checkpoint_and_from_plan_arguments(
     assert "`plan` needs --global-batch" in capsys.readouterr().err
     assert cli.main(["rows", str(tmp_path / "none.json"), "--step", "1"]) == 2
     assert "elastic-loader rows: error:" in capsys.readouterr().err
+
+
+def test_after_a_resize_the_steps_before_it_are_the_same_rows(table: Any) -> None:
+    """4 ranks for 3 steps, then 3 ranks at the same G = 240: from the later state, the
+    earlier steps of the epoch are the same rows (their ranks are the state's W's), the
+    later ones exactly what the 3 ranks read."""
+    four = _loaders(table, 4, global_batch_size=240)
+    its = [iter(dl) for dl in four]
+    before = [sorted(i for it in its for i in next(it)["id"].tolist()) for _ in range(3)]
+    three = _loaders(table, 3, global_batch_size=240)
+    for dl in three:
+        dl.load_state_dict(four[0].state_dict())
+    its = [iter(dl) for dl in three]
+    after = [[i for it in its for i in next(it)["id"].tolist()] for _ in range(2)]
+    run = RunPosition.from_state(three[0].state_dict())
+    assert (run.world_size, run.global_step, run.step) == (3, 5, 5)
+    for t in range(3):
+        assert sorted(rows_at_step(run, t, id_column="id").ids or []) == before[t]
+    for t in range(2):
+        assert rows_at_step(run, 3 + t, id_column="id").ids == after[t]
