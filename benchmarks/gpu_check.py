@@ -9,6 +9,11 @@ Run by ``gpu_check.sh`` as one rank over NCCL (torchrun --standalone). Three fig
 
 If ``train`` is close to ``model`` the GPU is the bottleneck (what we want); if it is close
 to ``loader``, the input pipeline is.
+
+4. ``to_device``: input-to-device of packed token batches (seq_len 2048, 8 blocks, four int64
+   fields: 512 KiB a batch) from the loader with ``pin_memory=True`` and with pageable memory:
+   the host-to-device copy time alone per batch (issued non-blocking, then synchronized) and
+   tokens/s into the device, the loader included.
 """
 
 from __future__ import annotations
@@ -75,6 +80,49 @@ def timed_rows(batches, step, device: torch.device, seconds: float) -> float:  #
     return rows / (time.perf_counter() - start)
 
 
+def packed_loader(data: Path, workers: int, pinned: bool):  # type: ignore[no-untyped-def]
+    """Packed blocks of 2048 tokens from a table of 20,000 documents of 64-4,095 tokens."""
+    import lancedb
+
+    from loader import StreamingDataLoader, StreamingDataset
+
+    db = lancedb.connect(str(data / "tokens"))
+    if "tokens" not in db.list_tables().tables:
+        rng = np.random.default_rng(0)
+        offsets = np.concatenate([[0], np.cumsum(rng.integers(64, 4096, 20_000))]).astype(np.int32)
+        values = pa.array(rng.integers(1, 50_000, int(offsets[-1]), dtype=np.int32))
+        column = pa.ListArray.from_arrays(pa.array(offsets), values)
+        db.create_table("tokens", pa.table({"tokens": column}))
+    ds = StreamingDataset(
+        db.open_table("tokens"), columns=["tokens"], num_splits=8, pack_sequences=2048, eos_id=0
+    )
+    return StreamingDataLoader(ds, batch_size=8, num_workers=workers, pin_memory=pinned)
+
+
+def to_device(batches, device: torch.device, seconds: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Host-to-device copy time per batch (copies issued non-blocking, then synchronized) and
+    tokens/s into the device, the loader's time included, after two warm-up batches."""
+    copy_s, tokens, count, start = 0.0, 0, 0, None
+    for i, batch in enumerate(batches):
+        began = time.perf_counter()
+        on_device = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        torch.cuda.synchronize(device)
+        if i == 1:
+            start = time.perf_counter()
+        elif start is not None:
+            copy_s += time.perf_counter() - began
+            tokens += on_device["input_ids"].numel()
+            count += 1
+            if time.perf_counter() - start > seconds:
+                break
+    assert start is not None and count, "the token table is too small for three batches"
+    return {
+        "copy_ms_per_batch": 1000 * copy_s / count,
+        "tokens_per_s": tokens / (time.perf_counter() - start),
+        "pinned": bool(batch["input_ids"].is_pinned()),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -115,6 +163,11 @@ def main() -> None:
             loader(db, args.batch, args.workers), train_step, device, args.seconds
         ),
     }
+    for pinned in (True, False):
+        key = "pinned" if pinned else "pageable"
+        figures[f"to_device_{key}"] = to_device(
+            packed_loader(Path(args.data), args.workers, pinned), device, args.seconds
+        )
     figures["model_step_ms"] = 1000 * args.batch / figures["model_rows_per_s"]
     figures["train_over_model"] = figures["train_rows_per_s"] / figures["model_rows_per_s"]
     figures.update(gpu=torch.cuda.get_device_name(device), batch=args.batch, workers=args.workers)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Rows/s the loader delivers to an NVIDIA GPU (pin_memory + non-blocking copies) against the
-# step time of a small model, one rank over NCCL. Under 5 minutes; needs a CUDA build of torch.
+# step time of a small model, one rank over NCCL, and the input-to-device time of packed token
+# batches with pinned and with pageable memory. Under 5 minutes; needs a CUDA build of torch.
+# Without a GPU (or without a CUDA torch) it exits 2 and says why.
 #   bash benchmarks/gpu_check.sh                # w=0 then w=4, 1M rows of 528 B
 #   PYTHON=/path/to/python ROWS=500000 bash benchmarks/gpu_check.sh
 set -euo pipefail
@@ -21,7 +23,7 @@ PYCHECK
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" NUMBA_THREADING_LAYER=workqueue
 mkdir -p "$HERE/out"
 for workers in 0 ${WORKERS:-4}; do
-  timeout 140 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  timeout 200 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 \
     "$HERE/gpu_check.py" --rows "${ROWS:-1000000}" --workers "$workers" --seconds "${SECONDS_EACH:-15}" \
     | tee "$HERE/out/gpu_check-w$workers.json"
 done

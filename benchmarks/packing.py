@@ -2,7 +2,9 @@
 
 Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is not used):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/packing.py [--docs 20000] [--seconds 8]
+    PYTHONPATH=. benchmarks/.venv/bin/python benchmarks/packing.py [--docs 20000] [--reps 3]
+
+(the project's .venv runs it too, without the LitData row.)
 
 - `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
   of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
@@ -34,10 +36,12 @@ import pyarrow as pa
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.packed_reader import PackedReader, block_documents
+from loader.packing import PACKED_CLUMP
 from loader.progress import Batching
 from loader.stream import task_order_indices
 
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
+CLUMPS = (1, 16, 64, 256, 1024)  # the trade-off sweep of shuffle_clump_size, in documents
 
 
 @functools.cache
@@ -68,8 +72,6 @@ def litdata_tokens(out: Path, docs: int, seconds: float) -> float | None:
     """LitData's TokensLoader on the same documents (optimize'd to `out`), shuffled, or
     None where litdata is not installed (the project venv; see setup_env.sh)."""
     try:
-        from litdata import StreamingDataLoader as LitLoader
-        from litdata import StreamingDataset as LitDataset
         from litdata import TokensLoader, optimize
     except ImportError:
         return None
@@ -78,6 +80,16 @@ def litdata_tokens(out: Path, docs: int, seconds: float) -> float | None:
         fn=_litdata_document, inputs=items, output_dir=str(out), chunk_size=(SEQ_LEN + 1) * 1024,
         item_loader=TokensLoader(), num_workers=1,
     )  # fmt: skip
+    return litdata_read(out, seconds)
+
+
+def litdata_read(out: Path, seconds: float) -> float:
+    """LitData's TokensLoader over the optimize'd documents, shuffled (its chunks of
+    2049 * 1024 tokens shuffled, and the blocks inside each)."""
+    from litdata import StreamingDataLoader as LitLoader
+    from litdata import StreamingDataset as LitDataset
+    from litdata import TokensLoader
+
     ds = LitDataset(str(out), item_loader=TokensLoader(block_size=SEQ_LEN), shuffle=True)
     return drain(LitLoader(ds, batch_size=BATCH), lambda b: b.numel(), seconds)
 
@@ -180,10 +192,63 @@ def varlen_ratio(db: Any, rows: int, seconds: float) -> float:
     return rates["varlen"] / rates["fixed"]
 
 
+def clump_sweep(table: Any, seconds: float, reps: int) -> dict[int, list[float]]:
+    """Tokens/s of ours at each shuffle_clump_size (documents), S = 4: the trade-off."""
+    rates: dict[int, list[float]] = {}
+    for _ in range(reps):
+        for clump in CLUMPS:
+            loader = ours(table, shuffle_clump_size=clump)
+            rates.setdefault(clump, []).append(drain(loader, _tokens, seconds))
+    return rates
+
+
+def s3_units(docs: int, reps: int) -> dict[tuple[int, str], list[float]]:
+    """Tokens/s on a loopback S3 server (moto), C = 256: whole-unit reads (the default
+    there) against one sorted take of exactly the documents per read, S = 4 and 48."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.object_store
+    from tests.object_store import running_s3_server
+
+    rates: dict[tuple[int, str], list[float]] = {}
+    with running_s3_server() as server:
+        db = lancedb.connect(
+            f"s3://{server.make_bucket()}/db", storage_options=server.storage_options
+        )
+        table = token_table(db, docs)
+        for _ in range(reps):
+            for splits in (4, 48):
+                for mode in ("units", "exact"):
+                    ds = StreamingDataset(
+                        table, columns=["tokens"], num_splits=splits, rank=0, world_size=1,
+                        pack_sequences=SEQ_LEN, eos_id=EOS, shuffle_clump_size=256,
+                    )  # fmt: skip
+                    assert isinstance(ds.reader, PackedReader) and ds.reader.unit_reads
+                    ds.reader.unit_reads = mode == "units"
+                    loader = StreamingDataLoader(ds, batch_size=BATCH)
+                    start, tokens = time.perf_counter(), 0
+                    for batch in loader:  # the whole epoch, its first read included
+                        tokens += _tokens(batch)
+                    rates.setdefault((splits, mode), []).append(
+                        tokens / (time.perf_counter() - start)
+                    )
+    return rates
+
+
+def _tokens(batch: Any) -> int:
+    return int(batch["input_ids"].numel())
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--docs", type=int, default=20_000)
     p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--s3-docs", type=int, default=4000, help="0: leave the S3 rows out")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = lancedb.connect(str(Path(tmp) / "db"))
@@ -191,24 +256,43 @@ def main() -> None:
         loader = ours(table)
         blocks = len(loader) * BATCH
         print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
-        tokens = lambda b: b["input_ids"].numel()  # noqa: E731
         next(iter(ours(table)))  # warm: Numba's cached kernels load (~1 s) on first use
-        rate = drain(loader, tokens, args.seconds)
-        rows = [
-            ("ours (default read: 128 blocks)", rate, None),
-            ("lancedb.streaming pack_sequences", drain(theirs(table, blocks), tokens, args.seconds), rate),
-            ("raw Lance scan of the column", drain(raw_read(table), len, args.seconds), rate),
-            ("raw take of the same documents", drain(raw_take(ours(table)), int, args.seconds), rate),
+        readers: list[tuple[str, Callable[[], float]]] = [
+            (f"ours (default clump {PACKED_CLUMP})", lambda: drain(ours(table), _tokens, args.seconds)),
+            ("ours, shuffle_clump_size=1 (the old default)",
+             lambda: drain(ours(table, shuffle_clump_size=1), _tokens, args.seconds)),
+            ("lancedb.streaming pack_sequences", lambda: drain(theirs(table, blocks), _tokens, args.seconds)),
+            ("raw Lance scan of the column", lambda: drain(raw_read(table), len, args.seconds)),
+            ("raw take of ours' documents", lambda: drain(raw_take(ours(table)), int, args.seconds)),
         ]  # fmt: skip
-        lit = litdata_tokens(Path(tmp) / "litdata", args.docs, args.seconds)
-        if lit is not None:
-            rows.append(("LitData TokensLoader (shuffle)", lit, rate))
-        for name, value, ref in rows:
-            ratio = f"   ours / it = {ref / value:.2f}" if ref is not None else ""
-            print(f"{name:34s} {value:14,.0f} tokens/s{ratio}")
+        lit_dir = Path(tmp) / "litdata"
+        if litdata_tokens(lit_dir, args.docs, 0.1) is not None:  # optimize once, then time
+            readers.append(
+                ("LitData TokensLoader (shuffle)", lambda: litdata_read(lit_dir, args.seconds))
+            )
+        rates: dict[str, list[float]] = {}
+        for rep in range(args.reps):
+            for name, run in readers:
+                rates.setdefault(name, []).append(run())
+                print(f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s", flush=True)
+        ours_rates = rates[readers[0][0]]
+        print(f"\nmedians of {args.reps} (range); ratios within a repetition")
+        for name, values in rates.items():
+            line = f"{name:44s} {statistics.median(values):14,.0f} tokens/s"
+            if name != readers[0][0]:
+                ratio = [a / b for a, b in zip(ours_rates, values, strict=True)]
+                line += f"   ours / it = {spread(ratio)}"
+            print(line)
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)
         print(f"list<int32> / fixed_size_list<int32>[128] values/s = {varlen:.2f}")
+        print("\nshuffle_clump_size (documents) vs tokens/s, S=4, local (medians)")
+        for clump, values in clump_sweep(table, args.seconds, args.reps).items():
+            print(f"  C={clump:5d} {statistics.median(values):14,.0f} tokens/s")
+    if args.s3_docs:
+        print(f"\nloopback S3 (moto), {args.s3_docs} documents, C=256, whole epoch (medians)")
+        for (splits, mode), values in sorted(s3_units(args.s3_docs, args.reps).items()):
+            print(f"  S={splits:2d} {mode:5s} {statistics.median(values):14,.0f} tokens/s")
 
 
 if __name__ == "__main__":

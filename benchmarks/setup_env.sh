@@ -22,8 +22,8 @@ test -x "$PY" || "${PYTHON:-python3}" -m venv "$VENV"
 # out; benchmarks/stubs/torchvision stands in for mosaic's import-time use).
 "${PIP[@]}" --no-deps litdata==0.2.76 mosaicml-streaming==0.13.0
 "${PIP[@]}" lightning-utilities filelock boto3 requests tifffile obstore \
-  "xxhash<4" zstd python-snappy Brotli tqdm catalogue "transformers<5" matplotlib
+  "xxhash<4" zstd python-snappy Brotli tqdm catalogue "transformers<5" matplotlib pillow
 # the object-store rows (targets12.py) read from a local S3-compatible server
 "${PIP[@]}" "moto[server]>=5.1"
-PYTHONPATH="$HERE/stubs" "$PY" -c "import litdata, streaming, lancedb, lance, loader, matplotlib, moto"
+PYTHONPATH="$HERE/stubs" "$PY" -c "import litdata, streaming, lancedb, lance, loader, matplotlib, moto, PIL"
 touch "$STAMP"

@@ -110,8 +110,7 @@ def load(
             newer release, or a state that is wrong in itself (a counter out of range).
         OSError: the object store cannot be reached or refuses (the URI is named).
     """
-    stored = io.read(io.location(path), storage_options)
-    return verify(stored.location, stored.data)
+    return io.read_checked(io.location(path), verify, storage_options)[1]
 
 
 def verify(where: Location, data: bytes) -> dict[str, Any]:

@@ -139,24 +139,68 @@ def take_ragged(arr: pa.Array, order: NDArray[np.int64]) -> Ragged:
     return Ragged(torch.from_numpy(out), torch.from_numpy(out_offsets))
 
 
+def single_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The column as one array: its only chunk as is (`combine_chunks` copies even one)."""
+    if not isinstance(column, pa.ChunkedArray):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+ALIGN = 64  # bytes: each column's start in a read's one buffer (a cache line)
+
+
+def _one_buffer(arrays: dict[str, NDArray[Any]], rows: int) -> dict[str, torch.Tensor] | None:
+    """Writable tensors of the arrays' dtypes and shapes (`rows` first), all views of one
+    uint8 storage: a DataLoader worker hands a storage to the main process with one file
+    descriptor round trip, ~0.1-0.2 ms each, so one storage for the read instead of one a
+    column. None when torch cannot view one of the dtypes."""
+    sizes = {
+        k: rows * int(np.prod(v.shape[1:], dtype=np.int64)) * v.itemsize for k, v in arrays.items()
+    }
+    starts, total = {}, 0
+    for name, size in sizes.items():
+        starts[name], total = total, total + -(-size // ALIGN) * ALIGN
+    base = torch.empty(total, dtype=torch.uint8)
+    out = {}
+    try:
+        for name, values in arrays.items():
+            dtype = torch.from_numpy(np.empty(0, values.dtype)).dtype
+            raw = base[starts[name] : starts[name] + sizes[name]]
+            out[name] = raw.view(dtype).view((rows, *values.shape[1:]))
+    except (RuntimeError, TypeError):
+        return None
+    return out
+
+
 def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
     """Columns of `table` reordered by `order`, in the forms of the table above.
 
-    The reorder (fancy indexing) is the one copy: Arrow's buffers are read-only to NumPy,
-    and the copy it makes is writable, so torch takes it without another copy.
+    The reorder (a gather) is the one copy: Arrow's buffers are read-only to NumPy, so it
+    writes into writable tensors that torch owns, the fixed-width columns side by side in
+    one buffer (see `_one_buffer`).
     """
     batch: dict[str, Any] = {}
+    fixed: dict[str, NDArray[Any]] = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
-        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        arr = single_array(column)
         kind = arr.type
         values = column_to_numpy(arr)
         if values is not None or _ragged_type(kind):
             _check_no_nulls(name, arr)
         if values is not None:
-            # np.take, not values[order]: the same copy, twice as fast on 2-D rows
-            batch[name] = torch.from_numpy(np.take(values, order, axis=0))
+            fixed[name] = values
+            batch[name] = None  # keeps the column order
         elif _ragged_type(kind):
             batch[name] = take_ragged(arr, order)
         else:
             batch[name] = arr.take(pa.array(order)).to_pylist()
+    outs = _one_buffer(fixed, len(order)) if fixed else {}
+    for name, values in fixed.items():
+        if outs is None:  # np.take, not values[order]: the same copy, twice as fast on 2-D
+            batch[name] = torch.from_numpy(np.take(values, order, axis=0))
+            continue
+        # order is a permutation of the rows read: "clip" never clips, and unlike the
+        # default it writes into `out` directly (the default buffers: ~3x slower)
+        np.take(values, order, axis=0, out=outs[name].numpy(), mode="clip")
+        batch[name] = outs[name]
     return batch

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -70,12 +70,40 @@ def _pinned(batch: Any) -> Any:
     return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
 
 
+def _pinned_read(read: Sequence[Any]) -> Sequence[Any]:
+    """A read in pinned memory: its whole columns once (a SlicedRead), else batch by batch."""
+    pin = getattr(read, "pin_memory", None)
+    return pin() if pin is not None else [_pinned(batch) for batch in read]
+
+
 def _as_is(batch: Any) -> Any:
     """Batches arrive collated from the reader; torch must not collate them again."""
     return batch
 
 
-class _BatchReads(Dataset[list[Any]]):
+class _TaskRead(Sequence[tuple[int, Any]]):
+    """A read's batches as (index in the stream, batch): batches arriving out of order
+    (in_order=False) are recorded as what they are. It pickles and pins as the read it
+    wraps (a SlicedRead's whole columns, once)."""
+
+    def __init__(self, first: int, read: Sequence[Any]) -> None:
+        self.first, self.read = first, read
+
+    def __len__(self) -> int:
+        return len(self.read)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not 0 <= index < len(self.read):
+            raise IndexError(f"batch {index} of a read of {len(self.read)}")
+        return self.first + index, self.read[index]
+
+    def pin_memory(self) -> _TaskRead:
+        return _TaskRead(self.first, _pinned_read(self.read))
+
+
+class _BatchReads(Dataset[_TaskRead]):
     """What torch (and its workers) index with tasks: the dataset's own reader, always the
     one it currently pins, plus the loader's batch_transform."""
 
@@ -89,13 +117,13 @@ class _BatchReads(Dataset[list[Any]]):
         self.batch_transform = batch_transform
         self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
 
-    def __getitem__(self, task: BatchTask) -> list[tuple[int, Any]]:
+    def __getitem__(self, task: BatchTask) -> _TaskRead:
         """The task's batches, each with its index in the stream (so batches that arrive out
         of order, `in_order=False`, are recorded as what they are)."""
-        batches = self.streaming_dataset.reader.batches(task, self.sub_reads)
+        batches: Sequence[Any] = self.streaming_dataset.reader.batches(task, self.sub_reads)
         if self.batch_transform is not None:
             batches = [self.batch_transform(batch) for batch in batches]
-        return list(enumerate(batches, start=task.index))
+        return _TaskRead(task.index, batches)
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
@@ -218,7 +246,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
-            reads_in_flight = auto_reads_in_flight(dataset.source.spec.uri, num_workers)
+            reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
             read_size = _default_read_size(dataset.units.tokens_per_unit)
@@ -350,12 +378,12 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.num_workers > 0:
             return self._from_workers()
         if self.reads_in_flight < 1:
-            reads: Iterator[list[Any]] = super().__iter__()
+            reads: Iterator[Sequence[Any]] = super().__iter__()
         else:
             tasks = pending_tasks(stream, self.progress, self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
-                reads = ([(i, _pinned(batch)) for i, batch in read] for read in reads)
+                reads = (_pinned_read(read) for read in reads)
         return (pair for read in reads for pair in read)
 
     def _from_workers(self) -> Iterator[Any]:

@@ -19,7 +19,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from loader import args
 from loader import state as st
 from loader.layout import owned_splits
-from loader.packing import PackedTokens, pack_spec
+from loader.packing import PACKED_CLUMP, PackedTokens, pack_spec
 from loader.plan import PlanSpec, ShuffleRequest
 from loader.progress import ROWS, Batching, Progress
 from loader.reader import ON_ERROR, OnError
@@ -114,7 +114,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self._request = ShuffleRequest(
             args.boolean("shuffle", shuffle),
             args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
-            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1) or 1,
+            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
+            or (PACKED_CLUMP if self._unit_request.pack is not None else 1),
         )
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)

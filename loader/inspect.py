@@ -49,8 +49,7 @@ def format_inspect(
         if newest is None:
             raise CheckpointError(where, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
         where = newest
-    stored = io.read(where, storage_options)
-    state = verify(where, stored.data)
+    stored, state = io.read_checked(where, verify, storage_options)
     saved = dt.datetime.fromtimestamp(stored.mtime_ns / 1e9, tz=dt.timezone.utc)
     rows = [
         ("checkpoint", str(where)),

@@ -35,6 +35,11 @@ from loader.sources import ResolvedSource, open_source
 from loader.state import KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED, PLAN_PACK_SEQUENCES
 
 LENGTHS_READ_ROWS = 65_536  # rows per read of the one-off lengths pass
+TOKEN_MAX = 2**63 - 1  # the largest id an int64 tensor holds
+# shuffle_clump_size when packing and the user gives none: documents of a clump are read as
+# one run (1.5-1.6x the tokens/s of single documents, docs/packing.md) and a clump of ~0.5M
+# tokens is still finer than the chunk LitData shuffles (its blocks move within ~2-16M).
+PACKED_CLUMP = 256
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ def pack_spec(
         return None
     if eos_id is None:
         raise ValueError("eos_id is required when pack_sequences is set")
-    token_limit = 2**63  # ids land in int64 tensors
+    token_limit = TOKEN_MAX + 1  # ids land in int64 tensors
     seq_len = args.integer("pack_sequences", pack_sequences, 1)
     eos = args.integer("eos_id", eos_id, -token_limit, token_limit)
     pad = args.optional_integer("pad_id", pad_id, -token_limit, token_limit)
@@ -116,6 +121,26 @@ def _check_token_column(name: str, column: pa.ChunkedArray | pa.Array) -> None:
             f"token column {name!r} has {column.null_count} null document(s); use an empty "
             f"list, or exclude them with filter='{name} IS NOT NULL'"
         )
+    check_token_values(name, pc.list_flatten(column))
+
+
+def check_token_values(name: str, values: pa.ChunkedArray | pa.Array) -> None:
+    """Token ids land in int64 tensors: a null token (NumPy would make it a float NaN, then
+    -2**63) or a uint64 id of 2**63 or more (it would wrap negative) is an error."""
+    if values.null_count:
+        raise ValueError(
+            f"token column {name!r} has {values.null_count} null token(s) inside documents; "
+            f"a token id cannot be null. Fill them in the table (e.g. with a real id), or "
+            f"exclude those documents with filter="
+        )
+    if pat.is_uint64(values.type) and len(values):
+        top = pc.max(values).as_py()
+        if top is not None and top > TOKEN_MAX:
+            raise ValueError(
+                f"token column {name!r} (uint64) holds id {top}, above {TOKEN_MAX} (2**63 - "
+                f"1), the largest an int64 input_ids tensor holds; store ids as int64/uint32 "
+                f"or remap them below 2**63"
+            )
 
 
 def token_lengths(source: ResolvedSource, column: str) -> NDArray[np.int32]:

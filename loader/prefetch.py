@@ -15,7 +15,6 @@ reads are held by a process beyond the one being handed out.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,21 +24,19 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from loader.sources.storage import is_object_store
+from loader.sources import SourceSpec, is_remote
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 OBJECT_STORE_READS = 16  # what lance.torch keeps in flight; hides ~50 ms round trips
 LOCAL_READS = 4  # page cache or local disk: more only adds threads on a small machine
-READ_ATTEMPTS = 4  # a transient failure is retried 3 times ...
-FIRST_BACKOFF_S = 0.1  # ... after 0.1, 0.2, 0.4 s
 MIN_ROWS_PER_PART = 1024  # a sub-read smaller than this costs more than it hides
 
 
-def auto_reads_in_flight(uri: str, num_workers: int) -> int:
+def auto_reads_in_flight(spec: SourceSpec, num_workers: int) -> int:
     """The default: many reads for an object store, a few locally; a worker gets its share."""
-    if is_object_store(uri) and not uri.startswith("memory://"):  # memory: an Arrow table
+    if is_remote(spec):
         return max(2, OBJECT_STORE_READS // max(1, num_workers))
     return LOCAL_READS if num_workers == 0 else 1
 
@@ -61,32 +58,6 @@ def map_ahead(fn: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[
             yield pending.popleft().result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def with_retries(
-    read: Callable[[], R],
-    where: str,
-    attempts: int = READ_ATTEMPTS,
-    first_backoff_s: float = FIRST_BACKOFF_S,
-) -> R:
-    """`read()`, retried with doubling back-off while it fails with an I/O error (OSError).
-
-    After the last attempt the error names `where` (the table's URI) and what to check.
-    Anything else (a bug, a bad argument) is raised at once.
-    """
-    for attempt in range(attempts):
-        try:
-            return read()
-        except OSError as err:
-            if attempt + 1 == attempts:
-                raise OSError(
-                    f"reading rows of {where!r} failed {attempts} times, the last with: {err}. "
-                    f"Check that the store is reachable and the credentials in "
-                    f"storage_options are valid; transient failures are retried "
-                    f"{attempts - 1} times with back-off"
-                ) from err
-            time.sleep(first_backoff_s * 2**attempt)  # back-off before the next attempt
-    raise AssertionError("unreachable")
 
 
 def parts_of(count: int, reads_in_flight: int) -> list[tuple[int, int]]:

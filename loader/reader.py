@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -23,7 +23,8 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
-from loader.prefetch import take_in_parts, with_retries
+from loader.prefetch import take_in_parts
+from loader.retry import ReadPolicy, with_retries
 from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
@@ -31,8 +32,49 @@ OnError = Literal["raise", "skip", "warn"]
 ON_ERROR: tuple[str, ...] = ("raise", "skip", "warn")
 
 
-class BatchReader(Dataset[list[Any]]):
-    """Map-style dataset whose keys are `BatchTask`s and whose items are lists of batches."""
+def cut_columns(whole: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    """Rows [a, b) of every column of a read (views)."""
+    return {k: v[a:b] for k, v in whole.items()}
+
+
+def _pinned_parts(whole: Any) -> Any:
+    if isinstance(whole, dict):
+        return {k: _pinned_parts(v) for k, v in whole.items()}
+    if isinstance(whole, tuple):
+        return tuple(_pinned_parts(v) for v in whole)
+    return whole.pin_memory() if hasattr(whole, "pin_memory") else whole
+
+
+class SlicedRead(Sequence[Any]):
+    """A read's batches, cut from its whole columns when asked (`cut(whole, a, b)`).
+
+    A worker pickles the read's whole columns, not a tensor per column and batch (with
+    `table_to_batch`'s one storage, one file-descriptor round trip a read: see
+    benchmarks/handoff.py), and pinning pins each column once. Indexing and iterating give
+    the batch dicts, as a list of them would.
+    """
+
+    def __init__(self, whole: Any, bounds: list[int], cut: Callable[[Any, int, int], Any]) -> None:
+        self.whole, self.bounds, self.cut = whole, bounds, cut
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"batch {index} of a read of {len(self)}")
+        index %= len(self)
+        return self.cut(self.whole, self.bounds[index], self.bounds[index + 1])
+
+    def pin_memory(self) -> SlicedRead:
+        """The same read with its columns in pinned memory (torch's pin_memory calls it)."""
+        return SlicedRead(_pinned_parts(self.whole), self.bounds, self.cut)
+
+
+class BatchReader(Dataset[Sequence[Any]]):
+    """Map-style dataset whose keys are `BatchTask`s and whose items are a read's batches."""
 
     def __init__(
         self,
@@ -52,6 +94,7 @@ class BatchReader(Dataset[list[Any]]):
         self._epoch_plan: EpochPlan | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self._read_policy: ReadPolicy | None = None
         self.skipped_rows = 0  # rows on_error skipped in this process
 
     def __getstate__(self) -> dict[str, Any]:
@@ -84,12 +127,17 @@ class BatchReader(Dataset[list[Any]]):
     def _take(self, positions: NDArray[np.int64]) -> pa.Table:
         """Every row at `positions`, retrying transient failures; never fewer rows."""
         uri = self.source.spec.uri
-        table = with_retries(lambda: self._rows().take(positions), uri)
+        table = with_retries(lambda: self._rows().take(positions), self._policy())
         if table.num_rows != len(positions):
             raise RuntimeError(
                 f"a read of {len(positions)} rows from {uri!r} returned {table.num_rows}"
             )
         return table
+
+    def _policy(self) -> ReadPolicy:
+        if self._read_policy is None:
+            self._read_policy = ReadPolicy.of(self.source.spec)
+        return self._read_policy
 
     def _plan_of(self, epoch: int) -> EpochPlan:
         if self._epoch_plan is None or self._epoch_plan.epoch != epoch:
@@ -113,26 +161,23 @@ class BatchReader(Dataset[list[Any]]):
         """One read in ascending position order (in up to `sub_reads` parts at once), and
         the order that restores the request."""
         ascending = np.argsort(positions, kind="stable")
-        self._rows()  # open (or reopen after a fork) before any sub-read thread starts
+        with_retries(self._rows, self._policy())  # open (or reopen after a fork) first
         table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
         restore = np.empty_like(ascending)
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
-    def __getitem__(self, task: BatchTask) -> list[Any]:
+    def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
 
-    def batches(self, task: BatchTask, sub_reads: int = 1) -> list[Any]:
+    def batches(self, task: BatchTask, sub_reads: int = 1) -> Sequence[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
         table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:
-            batches = [self._rows_through_transform(table, restore[a:b]) for a, b in spans]
-        else:
-            whole = table_to_batch(table, restore)
-            batches = [{k: v[a:b] for k, v in whole.items()} for a, b in spans]
-        return batches
+            return [self._rows_through_transform(table, restore[a:b]) for a, b in spans]
+        return SlicedRead(table_to_batch(table, restore), bounds, cut_columns)
 
     def transformed(
         self, rows: list[dict[str, Any]], on_each: Callable[[], None] | None = None

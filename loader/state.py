@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loader.layout import fit_reason
+from loader.storage import has_scheme
 
 FORMAT = "elastic-loader/state"
 FORMAT_VERSION = 1
@@ -98,12 +99,13 @@ def compare_plan(
     `num_rows=False` lets N change (allow_source_change); `drop_last=False` leaves it out
     (a dataset iterated without a loader has none).
     """
-    fields = [PLAN_NUM_SPLITS, PLAN_SHUFFLE, PLAN_SHUFFLE_SEED, PLAN_CLUMP, PLAN_FILTER]
+    # packing first: a row state differs from a packed one in its clump default too
+    fields = [*PACK_FIELDS, PLAN_NUM_SPLITS, PLAN_SHUFFLE, PLAN_SHUFFLE_SEED, PLAN_CLUMP]
+    fields.append(PLAN_FILTER)
     if num_rows:
         fields.append(PLAN_NUM_ROWS)
     if drop_last:
         fields.append(PLAN_DROP_LAST)
-    fields.extend(PACK_FIELDS)
     check_plan(state, current.as_dict(), tuple(fields))
 
 
@@ -360,7 +362,7 @@ def check_source(state: dict[str, Any], source: dict[str, Any], allow_change: bo
 def _check_relative_uri(uri: Any) -> None:
     """States written before URIs were made absolute may hold a path relative to a working
     directory that is unknown now: which table it meant cannot be told, so refuse."""
-    if isinstance(uri, str) and uri and "://" not in uri and not os.path.isabs(uri):
+    if isinstance(uri, str) and uri and not has_scheme(uri) and not os.path.isabs(uri):
         raise ValueError(
             f"loader state was saved with the relative source.uri={uri!r} (written by an older "
             f"elastic-loader, relative to the working directory of that run); which table it meant "

@@ -61,6 +61,11 @@ class BatchTask:
     def count(self) -> int:
         return sum(self.sizes)
 
+    @property
+    def split_count(self) -> int:
+        """How many splits the task's batches read from."""
+        return len(np.unique(self.runs[:, 0]))
+
 
 Runs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]  # split, start, stop
 

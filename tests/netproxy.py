@@ -6,7 +6,9 @@ and now and then a connection that dies. It knows just enough HTTP to find where
 request starts: clients keep connections alive and do not pipeline, so a request starts
 with the first bytes the client sends after the server last answered. Each request waits
 `delay_s` there, and every k-th request (or each one with a probability, from a seed) is
-cut: the connection is reset after `cut_after_bytes` of its response (0: before any).
+cut: the connection is reset after `cut_after_bytes` of its response (0: before any). With
+`answer` set, the proxy answers every request itself with those bytes (an HTTP response:
+`http_response` builds one, e.g. S3's 403 or a 500) and closes the connection.
 
 One thread per direction per connection, at most `max_connections` at once (more are
 refused); `close()` stops everything and joins the threads.
@@ -34,12 +36,24 @@ class Faults:
     drop_probability: float = 0.0  # or cut each request with this probability
     seed: int = 0
     cut_after_bytes: int = 0  # response bytes forwarded before the cut
+    answer: bytes = b""  # a whole HTTP response sent instead of forwarding (b"": forward)
 
     def __post_init__(self) -> None:
         if self.delay_s < 0 or self.drop_every < 0 or self.cut_after_bytes < 0:
             raise ValueError(f"Faults need delay_s, drop_every, cut_after_bytes >= 0: {self}")
         if not 0.0 <= self.drop_probability <= 1.0:
             raise ValueError(f"drop_probability must be in [0, 1], got {self.drop_probability}")
+
+
+def http_response(
+    status: int, reason: str, body: bytes = b"", kind: str = "application/xml"
+) -> bytes:
+    """A complete HTTP/1.1 response that closes its connection (for `Faults.answer`)."""
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 @dataclass
@@ -50,6 +64,7 @@ class Counts:
     requests: int = 0
     dropped: int = 0
     refused: int = 0
+    answered: int = 0
 
 
 @dataclass(eq=False)
@@ -171,6 +186,9 @@ class FaultProxy:
                     link.awaiting_request = False
                     if self.faults.delay_s:
                         time.sleep(self.faults.delay_s)  # the injected round trip
+                    if self.faults.answer:
+                        self._answer(link, self.faults.answer)
+                        return
                     if self._doomed():
                         if self.faults.cut_after_bytes == 0:
                             break
@@ -179,6 +197,28 @@ class FaultProxy:
         except OSError:
             pass
         self._forget(link)
+
+    def _answer(self, link: _Link, response: bytes) -> None:
+        """Answer in the server's place, then close gracefully (a reset could reach the client
+        before the response): stop sending, drain what the client still sends, close."""
+        with self._lock:
+            self.counts.answered += 1
+        try:
+            link.client.sendall(response)
+            link.client.shutdown(socket.SHUT_WR)
+            link.client.settimeout(5)
+            while link.client.recv(_CHUNK):
+                pass
+        except OSError:
+            pass
+        with link.lock:
+            link.closed.set()
+        for sock in (link.upstream, link.client):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked on the upstream
+            sock.close()
+        with self._lock:
+            self._links.discard(link)
 
     def _server_to_client(self, link: _Link) -> None:
         try:

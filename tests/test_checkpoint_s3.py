@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from loader import checkpoint, checkpoint_io
+from loader import checkpoint
 from loader.checkpoint import CheckpointError, latest, load, save
 from loader.cli import main as cli_main
 from loader.storage import redact, s3_filesystem_args
+from loader.storage.locations import S3
 from tests.object_store import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.test_checkpoint import make_state
 
@@ -165,8 +166,8 @@ def test_a_failed_upload_leaves_the_previous_object(
     The save uploads a temporary object and copies it over the target only when whole."""
     opts = s3_server.storage_options
     uri = save(make_state(epoch=1), prefix + "step.json", storage_options=opts)
-    real = checkpoint_io.s3_filesystem
-    monkeypatch.setattr(checkpoint_io, "s3_filesystem", lambda o: _FailingFilesystem(real(o)))
+    real = S3.filesystem
+    monkeypatch.setattr(S3, "filesystem", lambda store: _FailingFilesystem(real(store)))
     with pytest.raises(OSError, match=f"checkpoint {uri}: .*injected"):
         save(make_state(epoch=2), uri, storage_options=opts)
     monkeypatch.undo()

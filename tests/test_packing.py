@@ -395,3 +395,32 @@ def test_inspect_labels_a_packed_state_in_documents_and_tokens(tmp_path: Path) -
     ]:
         assert expected in out, f"{expected!r} missing from:\n{out}"
     assert " rows" not in out
+
+
+def test_a_null_token_inside_a_document_is_an_error_naming_the_column() -> None:
+    """Only null documents were refused: a null token was packed as -2**63 (#19.2)."""
+    tokens = pa.array([[1, 2, None, 4], [5, 6, 7]] * 4, pa.list_(pa.int32()))
+    with pytest.raises(ValueError, match=r"'tokens' has 4 null token"):
+        StreamingDataset(
+            pa.table({"tokens": tokens}), columns=["tokens"], num_splits=2, rank=0,
+            world_size=1, pack_sequences=4, eos_id=0,
+        )  # fmt: skip
+
+
+def test_uint64_token_ids_are_exact_below_2_63_and_refused_above() -> None:
+    """uint64 ids of 2**63 or more wrapped to negative input_ids (#19.3)."""
+    big = 2**63 - 5
+    docs = [[big + k for k in range(4)] for _ in range(8)]
+    kw: dict[str, Any] = {
+        "columns": ["tokens"], "num_splits": 2, "rank": 0, "world_size": 1,
+        "pack_sequences": 5, "eos_id": 0, "shuffle": False,
+    }  # fmt: skip
+    table = pa.table({"tokens": pa.array(docs, pa.list_(pa.uint64()))})
+    batch = next(iter(StreamingDataLoader(StreamingDataset(table, **kw), batch_size=2)))
+    assert batch["input_ids"][0].tolist() == [big, big + 1, big + 2, big + 3, 0]
+    docs[3][2] = 2**63
+    table = pa.table({"tokens": pa.array(docs, pa.list_(pa.uint64()))})
+    with pytest.raises(
+        ValueError, match=r"'tokens' \(uint64\) holds id 9223372036854775808.*9223372036854775807"
+    ):
+        StreamingDataset(table, **kw)

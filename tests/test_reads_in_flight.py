@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.prefetch import MIN_ROWS_PER_PART, auto_reads_in_flight, parts_of
+from loader.sources import SourceSpec
 from tests.batches import ids
 from tests.netproxy import FaultProxy, Faults
 from tests.object_store import S3Server
@@ -62,10 +63,10 @@ def test_batches_and_state_are_the_same_for_any_reads_in_flight(big_table: Any) 
 def test_the_default_follows_the_source(big_table: Any) -> None:
     assert _loader(big_table).reads_in_flight == 4
     assert _loader(big_table, num_workers=2).reads_in_flight == 1
-    assert auto_reads_in_flight("s3://bucket/db/t.lance", 0) == 16
-    assert auto_reads_in_flight("gs://bucket/t.lance", 4) == 4
-    assert auto_reads_in_flight("file:///data/t.lance", 0) == 4
-    assert auto_reads_in_flight("memory://arrow-table", 0) == 4
+    assert auto_reads_in_flight(SourceSpec("lance", "s3://bucket/db/t.lance"), 0) == 16
+    assert auto_reads_in_flight(SourceSpec("parquet", "gs://bucket/pq"), 4) == 4
+    assert auto_reads_in_flight(SourceSpec("lance", "file:///data/t.lance"), 0) == 4
+    assert auto_reads_in_flight(SourceSpec("arrow", "memory://arrow-table"), 0) == 4  # in memory
     with pytest.raises(ValueError, match="reads_in_flight must be an integer >= 0, got -1"):
         _loader(big_table, reads_in_flight=-1)
     with pytest.warns(DeprecationWarning, match="reads_in_flight"):

@@ -23,7 +23,7 @@ import loader.sources as sources_package
 from loader import StreamingDataLoader, StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
 from loader.sources.arrow import table_fingerprint
-from loader.sources.storage import normalise_uri, redact, unreachable
+from loader.storage import normalise_uri, redact, unreachable
 from tests.tables import make_rows
 
 

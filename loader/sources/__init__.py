@@ -13,7 +13,7 @@ from loader.sources.base import (
     SourceSpec,
     SourceUnreachableError,
 )
-from loader.sources.registry import SOURCES, identity_for, open_source, resolve_source
+from loader.sources.registry import SOURCES, identity_for, is_remote, open_source, resolve_source
 
 __all__ = [
     "SOURCES",
@@ -23,6 +23,7 @@ __all__ = [
     "SourceSpec",
     "SourceUnreachableError",
     "identity_for",
+    "is_remote",
     "open_source",
     "resolve_source",
 ]

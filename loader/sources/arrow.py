@@ -26,7 +26,7 @@ from loader.sources.base import (
     SourceSpec,
     check_columns,
 )
-from loader.sources.storage import is_object_store, normalise_uri, pyarrow_filesystem, unreachable
+from loader.storage import is_object_store, normalise_uri, pyarrow_filesystem, unreachable
 
 FINGERPRINT_WINDOW = 1 << 16  # rows serialised at a time while hashing an Arrow table
 
@@ -57,9 +57,10 @@ class ArrowRows:
         try:
             return self._data.take(indices, columns=self._columns)
         except OSError as err:
-            if is_object_store(self._uri):
-                raise unreachable(self._uri, self._options, err) from err
-            raise
+            if not is_object_store(self._uri):
+                raise  # local files: pyarrow's error names the file
+            failure = unreachable(self._uri, self._options, err)
+        raise failure  # outside the handler: the store's raw error is not the context
 
 
 class _HashSink:
@@ -221,9 +222,10 @@ def _open_parquet(source: Any, options: dict[str, str] | None) -> pads.FileSyste
     try:
         return pads.dataset(path, format="parquet", filesystem=filesystem)
     except OSError as err:
-        if is_object_store(uri):
-            raise unreachable(uri, options, err) from err
-        raise
+        if not is_object_store(uri):
+            raise
+        failure = unreachable(uri, options, err)
+    raise failure  # outside the handler: the store's raw error is not the context
 
 
 def _with_absolute_paths(dataset: pads.FileSystemDataset) -> pads.FileSystemDataset:
@@ -269,7 +271,12 @@ def open_parquet(spec: SourceSpec) -> RowSource:
 
 
 ARROW = Backend(
-    "arrow", lambda s: isinstance(s, pa.Table), resolve_arrow, open_arrow, arrow_identity_for
+    "arrow",
+    lambda s: isinstance(s, pa.Table),
+    resolve_arrow,
+    open_arrow,
+    arrow_identity_for,
+    remote=lambda spec: False,  # in this process's memory (its URI is a placeholder)
 )
 PARQUET = Backend(
     "parquet",

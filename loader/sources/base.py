@@ -14,6 +14,19 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from loader.storage import SourceUnreachableError, is_object_store
+
+__all__ = [
+    "Backend",
+    "PinnedVersionGoneError",
+    "ResolvedSource",
+    "RowSource",
+    "SourceRequest",
+    "SourceSpec",
+    "SourceUnreachableError",
+    "check_columns",
+]
+
 
 class RowSource(Protocol):
     """An opened table that reads rows by position."""
@@ -93,10 +106,9 @@ class Backend:
     open: Callable[[SourceSpec], RowSource]
     # The spec's identity as a saved one computed it (a state from before a scheme changed).
     identity_for: Callable[[SourceSpec, dict[str, Any]], dict[str, Any]] | None = None
-
-
-class SourceUnreachableError(ConnectionError):
-    """The store holding the table cannot be reached or refuses our credentials."""
+    # Whether reading goes over the network (many reads in flight, a deadline on each):
+    # by default, whether the spec's URI names an object store.
+    remote: Callable[[SourceSpec], bool] = lambda spec: is_object_store(spec.uri)
 
 
 class PinnedVersionGoneError(ValueError):

@@ -26,11 +26,14 @@ from loader.sources.base import (
     SourceSpec,
     check_columns,
 )
-from loader.sources.storage import (
+from loader.storage import (
     is_object_store,
+    lance_options,
+    lance_url,
     merge_options,
     normalise_uri,
     options_of,
+    path_of_lance_url,
     redact,
     unreachable,
 )
@@ -73,33 +76,46 @@ def _latest_opens(uri: str, options: dict[str, str] | None) -> bool:
     import lance
 
     try:
-        lance.dataset(uri, storage_options=options)
+        lance.dataset(lance_url(uri), storage_options=lance_options(options))
     except LANCE_ERRORS:
         return False
     return True
 
 
 def open_lance(uri: str, version: int | None, options: dict[str, str] | None) -> Any:
-    """Open a Lance dataset at `version`; tell "version gone" from "store unreachable"."""
+    """Open a Lance dataset at `version`; tell "version gone" from "store unreachable".
+
+    `uri` is a location (a path, even on an object store); Lance is handed it as a URL.
+    Errors carry Lance's text redacted and never chain Lance's own error (it may hold a
+    credential the store echoed).
+    """
     import lance
 
     try:
-        return lance.dataset(uri, version=version, storage_options=options)
+        return lance.dataset(
+            lance_url(uri), version=version, storage_options=lance_options(options)
+        )
     except LANCE_ERRORS as err:
-        missing = "not found" in str(err).lower()  # not a connection or an auth failure
-        if version is not None and missing and _latest_opens(uri, options):
-            raise PinnedVersionGoneError(
-                f"cannot open version {version} of the table at {uri!r}: that version is gone "
-                f"({redact(str(err), options)}). The run is pinned to it; it was removed by "
-                f"cleanup_old_versions/optimize (or the table was dropped and recreated). "
-                f"Restore it from a backup or resume with a fresh state, and "
-                f"{KEEP_VERSIONS.format(v=version)}"
-            ) from err
-        if is_object_store(uri):
-            raise unreachable(uri, options, err) from err
-        raise ValueError(
-            f"no Lance dataset at {uri!r}: {err}. Was the table dropped or moved?"
-        ) from err
+        raw = err
+    raise _open_failure(uri, version, options, raw)
+
+
+def _open_failure(
+    uri: str, version: int | None, options: dict[str, str] | None, err: Exception
+) -> Exception:
+    detail = redact(str(err), options)
+    missing = "not found" in detail.lower()  # not a connection or an auth failure
+    if version is not None and missing and _latest_opens(uri, options):
+        return PinnedVersionGoneError(
+            f"cannot open version {version} of the table at {uri!r}: that version is gone "
+            f"({detail}). The run is pinned to it; it was removed by "
+            f"cleanup_old_versions/optimize (or the table was dropped and recreated). "
+            f"Restore it from a backup or resume with a fresh state, and "
+            f"{KEEP_VERSIONS.format(v=version)}"
+        )
+    if is_object_store(uri):
+        return unreachable(uri, options, err)
+    return ValueError(f"no Lance dataset at {uri!r}: {detail}. Was the table dropped or moved?")
 
 
 class LanceRows:
@@ -118,7 +134,8 @@ class LanceRows:
         try:
             return self._dataset.take(positions, columns=self._columns)
         except LANCE_ERRORS as err:
-            raise self._explain(err) from err
+            raw = err
+        raise self._explain(raw)  # outside the handler: Lance's error is not the context
 
     def _explain(self, err: Exception) -> Exception:
         """Why a read failed: the pinned version's files removed, or the store unreachable."""
@@ -137,7 +154,7 @@ class LanceRows:
             )
         if is_object_store(spec.uri):
             return unreachable(spec.uri, spec.storage_options, err)
-        return err
+        return err  # a local dataset: no store, no credentials, Lance's own error
 
 
 def _filtered(
@@ -149,9 +166,10 @@ def _filtered(
         offsets = dataset.to_table(columns=["_rowoffset"], filter=filter).column(0)
     except Exception as err:  # Lance raises several types for a bad SQL predicate
         detail = redact(str(err), options)
-        raise ValueError(f"filter {filter!r} failed on {dataset.uri!r}: {detail}") from err
-    rows = np.sort(offsets.to_numpy().astype(np.int64, copy=False))
-    return len(rows), rows
+    else:
+        rows = np.sort(offsets.to_numpy().astype(np.int64, copy=False))
+        return len(rows), rows
+    raise ValueError(f"filter {filter!r} failed on {dataset.uri!r}: {detail}")  # not chained
 
 
 def _pin(
@@ -177,7 +195,8 @@ def resolve_lancedb(source: Any, request: SourceRequest) -> ResolvedSource:
     base = source.to_lance()
     options = merge_options(options_of(source) or options_of(base), request.storage_options)
     version = request.version if request.version is not None else base.version
-    return _pin("lancedb", normalise_uri(base.uri), source.name, options, version, request)
+    uri = normalise_uri(path_of_lance_url(base.uri))
+    return _pin("lancedb", uri, source.name, options, version, request)
 
 
 def resolve_lance(source: Any, request: SourceRequest) -> ResolvedSource:
@@ -187,7 +206,8 @@ def resolve_lance(source: Any, request: SourceRequest) -> ResolvedSource:
         return _pin("lance", uri, None, options, request.version, request)
     options = merge_options(options_of(source), request.storage_options)
     version = request.version if request.version is not None else source.version
-    return _pin("lance", normalise_uri(source.uri), None, options, version, request)
+    uri = normalise_uri(path_of_lance_url(source.uri))
+    return _pin("lance", uri, None, options, version, request)
 
 
 def open_lance_rows(spec: SourceSpec) -> RowSource:

@@ -10,6 +10,7 @@ from typing import Any
 from loader.sources.arrow import ARROW, PARQUET
 from loader.sources.base import Backend, ResolvedSource, RowSource, SourceRequest, SourceSpec
 from loader.sources.lance import LANCE, LANCEDB
+from loader.storage import read_deadline
 
 # In the order inputs are tried: a path to a Lance dataset is Lance, any other path Parquet.
 SOURCES: dict[str, Backend] = {b.kind: b for b in (LANCEDB, LANCE, ARROW, PARQUET)}
@@ -30,6 +31,11 @@ def open_source(spec: SourceSpec) -> RowSource:
     return backend(spec.kind).open(spec)
 
 
+def is_remote(spec: SourceSpec) -> bool:
+    """Whether the spec's rows are read over the network (its backend says; memory is not)."""
+    return backend(spec.kind).remote(spec)
+
+
 def identity_for(spec: SourceSpec, saved: dict[str, Any]) -> dict[str, Any]:
     """The spec's identity to compare with a saved one (which may use an older scheme)."""
     found = backend(spec.kind)
@@ -47,9 +53,12 @@ def resolve_source(
     """Pin `source` to one version, check columns, and evaluate the filter once."""
     cols = tuple(columns) if columns is not None else None
     request = SourceRequest(cols, filter, version, storage_options)
+    read_deadline(storage_options)  # a bad value fails here, not at the first read
     for candidate in SOURCES.values():
         if candidate.accepts(source):
-            return candidate.resolve(source, request)
+            resolved = candidate.resolve(source, request)
+            read_deadline(resolved.spec.storage_options)  # the table's own options too
+            return resolved
     raise TypeError(
         f"unsupported source {type(source).__name__}: pass a LanceDB table, a lance.LanceDataset, "
         f"a pyarrow.Table, a pyarrow.dataset.FileSystemDataset, or a path or URI to Lance or "
