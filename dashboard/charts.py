@@ -59,31 +59,67 @@ def split_frame(owner: list[int], cursors: list[int | None] | None = None) -> pd
     return frame
 
 
+def piece_frame(layout: dict[str, Any]) -> pd.DataFrame:
+    """The placement grid's cells: one per split, except that a split several ranks share
+    is cut across into one cell per rank, as wide as the rank's part of it (`shared`)."""
+    owner = layout["owner"]
+    cols, per = _cols(len(owner)), layout.get("rows_per_step") or 1
+    split = np.arange(len(owner))
+    frame = pd.DataFrame({"split": split, "rank": owner, "x": split % cols, "row": split // cols})
+    frame["x2"], frame["part"] = frame["x"] + 1, "whole"
+    shared = layout.get("shared") or []
+    if shared:
+        parts = [(s["split"], p) for s in shared for p in s["parts"]]
+        cut = pd.DataFrame(
+            {
+                "split": [s for s, _ in parts],
+                "rank": [p["rank"] for _, p in parts],
+                "x": [s % cols + p["start"] / per for s, p in parts],
+                "row": [s // cols for s, _ in parts],
+                "x2": [s % cols + p["stop"] / per for s, p in parts],
+                "part": [f"rows {p['start']}–{p['stop'] - 1} of {per} a step" for _, p in parts],
+            }
+        )
+        whole = ~frame["split"].isin([s["split"] for s in shared])
+        frame = pd.concat([frame[whole], cut], ignore_index=True)
+    frame["row2"] = frame["row"] + 1
+    frame["label_x"] = (frame["x"] + frame["x2"]) / 2
+    return frame
+
+
 def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.LayerChart:
-    """Splits coloured by the rank that reads them (continuous, never repeating); splits of a
-    rank that went silent (stalled or crashed) are dark. Tooltips: host, GPU, workers, state."""
-    frame = split_frame(layout["owner"])
+    """Splits coloured by the rank that reads them (continuous, never repeating); a split
+    two ranks share is cut into their parts; splits of a rank that went silent (stalled or
+    crashed) are dark. Tooltips: the part read, host, GPU, workers, state."""
+    frame = piece_frame(layout)
     by_rank = {r["rank"]: r for r in layout["ranks"]}
     frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
     frame["GPU"] = [by_rank.get(r, {}).get("gpu", "-") for r in frame["rank"]]
     frame["workers"] = [by_rank.get(r, {}).get("num_workers", 0) for r in frame["rank"]]
     frame["state"] = [by_rank.get(r, {}).get("state", "not reported") for r in frame["rank"]]
     frame["silent"] = frame["state"].isin(SILENT)
-    world = max(1, layout["world_size"] - 1)
-    base = alt.Chart(frame).encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
-    tooltip = ["split:Q", "rank:Q", "host:N", "GPU:N", "workers:Q", "state:N"]
     cell = cell_px(num_splits)
-    cells = base.mark_rect(**_stroke(cell)).encode(
-        color=alt.Color(
-            "rank:Q",
-            # turbo without its near-black ends: dark means "silent" on this grid
-            scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
-            legend=alt.Legend(
-                orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
-            ),
+    cols, rows = _cols(num_splits), -(-num_splits // _cols(num_splits))
+    cols = min(cols, num_splits)
+    if cell >= LABELS_FROM_PX:
+        frame["label"] = [f"r{r}" for r in frame["rank"]]
+    world = max(1, layout["world_size"] - 1)
+    x_scale = alt.Scale(domain=[0, cols], nice=False, zero=False)
+    y_scale = alt.Scale(domain=[0, rows], nice=False, reverse=True)
+    x, y = alt.X("x:Q", scale=x_scale, axis=None), alt.Y("row:Q", scale=y_scale, axis=None)
+    base = alt.Chart(frame).encode(x=x, x2="x2:Q", y=y, y2="row2:Q")
+    tooltip = ["split:Q", "rank:Q", "part:N", "host:N", "GPU:N", "workers:Q", "state:N"]
+    colour = alt.Color(
+        "rank:Q",
+        # turbo without its near-black ends: dark means "silent" on this grid
+        scale=alt.Scale(scheme={"name": "turbo", "extent": [0.08, 0.92]}, domain=[0, world]),
+        legend=alt.Legend(
+            orient="bottom", title="rank", gradientLength=300, format="d", tickMinStep=1
         ),
-        tooltip=tooltip,
     )
+    # grey: who reads the split is not known yet (W does not divide S and no rank said G)
+    unknown = alt.condition("datum.rank < 0", alt.value("#dddddd"), colour)
+    cells = base.mark_rect(**_stroke(cell)).encode(color=unknown, tooltip=tooltip)
     dead = (
         base.transform_filter("datum.silent")
         .mark_rect(color="#212121", opacity=0.85)
@@ -91,9 +127,17 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     )
     layers: list[Any] = [cells, dead]
     if cell >= LABELS_FROM_PX:  # labels only where they are legible
-        layers.append(base.mark_text(fontSize=9, color="white").encode(text="label:N"))
-    step = alt.Step(cell)
-    return alt.LayerChart(layer=layers, title=title).properties(width=step, height=step)
+        text = alt.Chart(frame).mark_text(fontSize=9, color="white")
+        centre = alt.Y("mid:Q", scale=y_scale, axis=None)
+        layers.append(
+            text.transform_calculate(mid="datum.row + 0.5").encode(
+                x=alt.X("label_x:Q", scale=x_scale, axis=None), y=centre, text="label:N"
+            )
+        )
+    # Plot area of cols x rows cells; "pad": legend and title go around it (Streamlit's
+    # default "fit" would squeeze them into these pixels and the grid to a strip).
+    size = {"width": cols * cell, "height": rows * cell, "autosize": {"type": "pad"}}
+    return alt.LayerChart(layer=layers, title=title).properties(**size)
 
 
 def _stroke(cell: int) -> dict[str, Any]:

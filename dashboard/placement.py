@@ -1,10 +1,10 @@
-"""What only the dashboard computes: the owner of every split (for the placement grid) and
-who is straggling.
+"""What only the dashboard computes: the placement grid's cells (who reads every split,
+which splits two ranks share and who reads which part) and who is straggling.
 
-Everything else about a layout is the loader's: `loader.layout` (who owns which split,
-which world sizes S supports) and `loader.planner` (which world sizes fit a global batch),
-both standard library only, so the Streamlit process and the collector import them
-without torch or Numba.
+Who reads what is the loader's: `loader.layout` (a rank's pieces of every global step,
+which world sizes fit) and `loader.planner` (which world sizes fit a global batch), both
+standard library only, so the Streamlit process and the collector import them without
+torch or Numba. This module only arranges their answer for drawing.
 """
 
 from __future__ import annotations
@@ -12,17 +12,56 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from loader.layout import owned_splits
+from loader.layout import fit_reason, is_whole, rank_pieces, uses_steps
 
-__all__ = ["RankRate", "owners", "stragglers"]
+__all__ = ["RankRate", "layout_of", "owners", "stragglers"]
 
 
-def owners(world_size: int, num_splits: int) -> list[int]:
-    """`owners(W, S)[s]` is the rank that reads split s."""
-    owned_splits(0, world_size, num_splits)  # validates: a ValueError listing what works
-    k = num_splits // world_size
-    return [s // k for s in range(num_splits)]
+def layout_of(world_size: int, num_splits: int, global_batch: int | None = None) -> dict[str, Any]:
+    """The grid of W ranks over S splits with global batch G (None: the split layout).
+
+    `owner[s]` is the first rank that reads split s (-1 for all when the layout is not
+    known: W does not divide S and no rank said G); `shared` lists the splits read by more
+    than one rank, each with its `parts`: rank and rows [start, stop) of the split's
+    `rows_per_step` (G/S) rows in every full global step. O(S + W).
+    """
+    owner = [-1] * num_splits
+    out: dict[str, Any] = {"global_batch_size": global_batch, "owner": owner, "shared": []}
+    out["rows_per_step"] = rows_per_step(num_splits, global_batch)
+    if fit_reason(num_splits, world_size, global_batch):
+        return out
+    parts: dict[int, list[dict[str, int]]] = {}
+    for rank in range(world_size):
+        for piece in rank_pieces(rank, world_size, num_splits, global_batch):
+            if is_whole(piece, num_splits, global_batch):
+                owner[piece.split : piece.split_stop] = [rank] * len(piece.splits)
+                continue
+            parts.setdefault(piece.split, []).append(
+                {"rank": rank, "start": piece.start, "stop": piece.stop}
+            )
+            if owner[piece.split] < 0:
+                owner[piece.split] = rank
+    out["shared"] = [{"split": s, "parts": p} for s, p in sorted(parts.items())]
+    return out
+
+
+def rows_per_step(num_splits: int, global_batch: int | None) -> int | None:
+    """G/S, the rows of every split in a full global step of the step layout; else None."""
+    if global_batch is None or not uses_steps(num_splits, global_batch):
+        return None
+    return global_batch // num_splits
+
+
+def owners(world_size: int, num_splits: int, global_batch: int | None = None) -> list[int]:
+    """`owners(W, S, G)[s]` is the (first) rank that reads split s; a ValueError saying what
+    works when W cannot read S splits with G."""
+    reason = fit_reason(num_splits, world_size, global_batch)
+    if reason:
+        raise ValueError(reason)
+    owner: list[int] = layout_of(world_size, num_splits, global_batch)["owner"]
+    return owner
 
 
 @dataclass(frozen=True)

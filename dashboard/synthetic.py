@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from loader import wire
-from loader.layout import owned_splits
+from loader.layout import owned_splits, rank_shares, slice_bounds, uses_steps
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,16 @@ class SyntheticRun:
     start_rows: int = 0
     total_epochs: int | None = None
     closed: bool = False  # every rank sends `closed` after its last report (a clean end)
+    # G: with G a multiple of S any W <= G works, ranks sharing the splits at their edges
+    # (loader.layout); batch_size is then each rank's slice of G
+    global_batch_size: int | None = None
+
+
+def _batch(run: SyntheticRun, rank: int) -> int:
+    if run.global_batch_size is None:
+        return run.batch_size
+    lo, hi = slice_bounds(rank, run.world_size, run.global_batch_size)
+    return hi - lo
 
 
 def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
@@ -49,33 +59,46 @@ def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
         "num_workers": run.num_workers,
         "num_splits": run.num_splits,
         "rows_per_split": run.rows_per_split,
-        "batch_size": run.batch_size,
+        "batch_size": _batch(run, rank),
         "total_epochs": run.total_epochs,
-    }
+    } | ({"global_batch_size": run.global_batch_size} if run.global_batch_size else {})
 
 
-def _position(run: SyntheticRun, rows: float) -> dict[str, Any]:
-    step = int(rows // run.batch_size)
+def _position(run: SyntheticRun, rank: int, rows: float) -> dict[str, Any]:
+    step = int(rows // _batch(run, rank))
     return {"epoch": 0, "step": step, "global_step": step}
 
 
 def _cursors(run: SyntheticRun, rank: int, rows: float) -> list[int]:
-    """Cursors after `rows` rows of the rank's round-robin stream (capped at the split)."""
-    k = len(owned_splits(rank, run.world_size, run.num_splits))
-    base, extra = divmod(int(rows), k)
-    return [min(run.rows_per_split, base + (i < extra)) for i in range(k)]
+    """Cursors after `rows` rows of the rank: of its round-robin stream (capped at the
+    split), or in the step layout the global cursors after its steps (G/S rows a split
+    each, the same on every rank)."""
+    owned = owned_splits(rank, run.world_size, run.num_splits, run.global_batch_size)
+    if uses_steps(run.num_splits, run.global_batch_size):
+        assert run.global_batch_size is not None
+        level = _position(run, rank, rows)["step"] * (run.global_batch_size // run.num_splits)
+        return [min(run.rows_per_split, level)] * len(owned)
+    base, extra = divmod(int(rows), len(owned))
+    return [min(run.rows_per_split, base + (i < extra)) for i in range(len(owned))]
 
 
 def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
     """Events of every rank, second by second, in time order."""
-    owned = [owned_splits(r, run.world_size, run.num_splits) for r in range(run.world_size)]
+    world, splits, batch = run.world_size, run.num_splits, run.global_batch_size
+    owned = [owned_splits(r, world, splits, batch) for r in range(world)]
+    # rows a rank reads in an epoch: its part of each split it reads (shared ones in part)
+    length = run.rows_per_split
+    shares = [
+        sum(length * n // of for n, of in rank_shares(r, world, splits, batch))
+        for r in range(world)
+    ]
     done = [float(run.start_rows)] * run.world_size
     for r in range(run.world_size) if run.world_size_before else ():
         yield {
             **_static(run, r),
             "kind": wire.CHECKPOINT_LOADED,
             "ts": run.start_ts,
-            **_position(run, run.start_rows),
+            **_position(run, r, run.start_rows),
             "data": {"world_size_before": run.world_size_before, "path": "ckpt.json"},
         }
     for t in range(1, run.seconds + 1):
@@ -84,13 +107,13 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
             # In DDP, collectives equalise rows/s: a slow reader shows as a long data wait.
             rows = run.rows_per_s
             done[r] += rows
-            batches = max(1, int(rows // run.batch_size))
+            batches = max(1, int(rows // _batch(run, r)))
             wait = 0.6 if r == run.slow_rank else 0.02
             yield {
                 **_static(run, r),
                 "kind": wire.PROGRESS,
                 "ts": ts,
-                **_position(run, done[r]),
+                **_position(run, r, done[r]),
                 "splits": [owned[r].start, owned[r].stop],
                 "cursors": _cursors(run, r, done[r]),
                 "rows": int(rows),
@@ -99,25 +122,25 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
                 "interval_s": 1.0,
                 "rows_per_s": rows,
             }
-            share = len(owned[r]) * run.rows_per_split
+            share = shares[r]
             if done[r] >= share > done[r] - rows:  # the rank read its share: its epoch ended
                 yield {
                     **_static(run, r),
                     "kind": wire.EPOCH_END,
                     "ts": ts,
-                    **_position(run, done[r]),
+                    **_position(run, r, done[r]),
                 }
             if run.checkpoint_every and t % run.checkpoint_every == 0:
                 yield {
                     **_static(run, r),
                     "kind": wire.CHECKPOINT_SAVED,
                     "ts": ts,
-                    **_position(run, done[r]),
-                    "data": {"path": f"checkpoints/step-{int(done[r] // run.batch_size):06d}.json"},
+                    **_position(run, r, done[r]),
+                    "data": {"path": f"checkpoints/step-{int(done[r] // _batch(run, r)):06d}.json"},
                 }
     end = run.start_ts + run.seconds
     for r in range(run.world_size) if run.closed else ():
-        ev = {**_static(run, r), "kind": wire.CLOSED, "ts": end, **_position(run, done[r])}
+        ev = {**_static(run, r), "kind": wire.CLOSED, "ts": end, **_position(run, r, done[r])}
         yield ev | {"data": {"reason": "close"}}
 
 
@@ -157,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--slow-rank", type=int, default=None)
     parser.add_argument("--total-epochs", type=int, default=None)
+    parser.add_argument("--global-batch", type=int, default=None, help="G (any W <= G)")
     args = parser.parse_args(argv)
     run = SyntheticRun(
         args.run_id,
@@ -168,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         slow_rank=args.slow_rank,
         checkpoint_every=max(1, args.seconds // 3),
         total_epochs=args.total_epochs,
+        global_batch_size=args.global_batch,
     )
     print(f"posted {post_events(args.url, synthetic_events(run)):,} events to {args.url}")
     return 0

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.mixture import CombinedStreamingDataset, MixedDataset
     from loader.plan import PlanSpec
+    from loader.rows import RunPosition, StepRows, rows_at_step
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.watchdog import DataWaitTimeout
 
@@ -27,11 +28,14 @@ _EXPORTS = {
     "DataWaitTimeout": "loader.watchdog",
     "PinnedVersionGoneError": "loader.sources.base",
     "PlanSpec": "loader.plan",
+    "RunPosition": "loader.rows",
+    "StepRows": "loader.rows",
     "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
     "owned_splits": "loader.layout",
+    "rows_at_step": "loader.rows",
     "supported_world_sizes": "loader.layout",
 }
 
@@ -41,12 +45,15 @@ __all__ = [
     "MixedDataset",
     "PinnedVersionGoneError",
     "PlanSpec",
+    "RunPosition",
     "SourceUnreachableError",
+    "StepRows",
     "StreamingDataLoader",
     "StreamingDataset",
     "check_world_size",
     "checkpoint",
     "owned_splits",
+    "rows_at_step",
     "supported_world_sizes",
 ]
 __version__ = "0.1.0"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +31,7 @@ from typing import Any, Protocol
 import orjson
 
 from loader import checkpoint_io as io
+from loader import reporter
 from loader.checkpoint_io import MAX_FILE_BYTES, SUFFIX, CheckpointError, Location
 from loader.state import FORMAT as STATE_FORMAT
 from loader.state import KEY_EPOCH, KEY_STEP, StateError, check_state, check_version, is_count
@@ -86,17 +86,8 @@ def save(
     _check_plain(state, target, "payload")
     _check_state(target, dict(state))  # never write a file that `load` would refuse
     io.write(target, encode(state), storage_options)
-    _tell_telemetry(state, target)
+    reporter.checkpoint_written(state, target)  # the dashboard's timeline (telemetry on)
     return target
-
-
-def _tell_telemetry(state: Mapping[str, Any], target: Path | str) -> None:
-    """Put the checkpoint on the dashboard's timeline: live telemetry clients of this process
-    whose loader is at `state` send it (telemetry off: the module was never imported)."""
-    if "loader.telemetry" in sys.modules:
-        from loader.telemetry_checkpoints import checkpoint_saved
-
-        checkpoint_saved(state, target)
 
 
 def encode(state: Mapping[str, Any]) -> bytes:

@@ -10,6 +10,7 @@ import decimal
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # The dashboard is its own package with its own entry point; the loader does not import it
 # (so `loader` works without FastAPI/Streamlit). `elastic-loader dashboard ARGS` hands ARGS
@@ -78,7 +79,60 @@ def _build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="describe a checkpoint file (path or s3:// URI)")
     inspect.add_argument("path")
-    inspect.add_argument(
+    _storage_arg(inspect)
+
+    _rows_parser(sub)
+    dash = sub.add_parser(
+        "dashboard",
+        help="start the collector and the Streamlit dashboard (= elastic-loader-dashboard)",
+        add_help=False,
+    )
+    dash.add_argument("args", nargs=argparse.REMAINDER, help="see elastic-loader-dashboard -h")
+    return parser
+
+
+def _rows_parser(sub: Any) -> None:
+    rows = sub.add_parser(
+        "rows",
+        help="which rows were in global step T, and which rank read each",
+        description="The table positions (and an id column) of global step T (0-based: the "
+        "batch read while the loader's global_step went from T to T+1), without reading the "
+        "data before it. From a checkpoint: every T from its global_step on, and the earlier "
+        "steps of its epoch when the epoch ran on its global batch. From `plan`: a run that "
+        "began at --epoch's start. Exit 0 answered, 2 bad input or a step it cannot answer.",
+    )
+    rows.add_argument(
+        "where",
+        metavar="CHECKPOINT_OR_PLAN",
+        help="a checkpoint file, folder or s3:// URI, or `plan`",
+    )
+    rows.add_argument("--step", type=_count(0), required=True, help="global step T")
+    rows.add_argument("--rank", type=_count(0), default=None, help="only this rank's rows")
+    rows.add_argument(
+        "--id-column", default=None, help="also print this column (reads just step T's rows)"
+    )
+    rows.add_argument(
+        "--source", default=None, help="the table to read ids from (default: the checkpoint's)"
+    )
+    rows.add_argument(
+        "--global-batch", type=_count(1), default=None, help="G (plan; old checkpoints)"
+    )
+    rows.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    plan = rows.add_argument_group("plan arguments (with `plan`)")
+    plan.add_argument("--rows", type=_count(1), default=None, help="rows N after the filter")
+    plan.add_argument("--num-splits", type=_count(1), default=None, help="S")
+    plan.add_argument("--seed", type=_count(0), default=0, help="shuffle_seed (default 0)")
+    plan.add_argument("--clump", type=_count(1), default=1, help="shuffle_clump_size (default 1)")
+    plan.add_argument("--no-shuffle", action="store_true", help="shuffle=False")
+    plan.add_argument("--world-size", type=_count(1), default=None, help="W")
+    plan.add_argument("--epoch", type=_count(0), default=0, help="the epoch the run began with")
+    plan.add_argument("--drop-last", action="store_true", help="drop_last=True")
+    plan.add_argument("--filter", default=None, help="the dataset's filter (with --id-column)")
+    _storage_arg(rows)
+
+
+def _storage_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--storage-option",
         type=_storage_option,
         action="append",
@@ -87,14 +141,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="for s3:// URIs, as Lance takes them (endpoint, allow_http, region, "
         "aws_access_key_id, ...); AWS_* environment variables fill the rest",
     )
-
-    dash = sub.add_parser(
-        "dashboard",
-        help="start the collector and the Streamlit dashboard (= elastic-loader-dashboard)",
-        add_help=False,
-    )
-    dash.add_argument("args", nargs=argparse.REMAINDER, help="see elastic-loader-dashboard -h")
-    return parser
 
 
 def _dashboard(args: list[str]) -> int:
@@ -140,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loader.inspect import print_inspect
 
         return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
+    if args.command == "rows":
+        from loader.rows import print_rows
+
+        return print_rows(args)
     return _dashboard(args.args)
 
 

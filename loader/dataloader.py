@@ -18,15 +18,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from loader import args, wire
-from loader import state as st
+from loader import args, reporter
 from loader.dataset import StreamingDataset
 from loader.layout import owned_splits, slice_bounds
 from loader.mainguard import check_main_guard
 from loader.mixture import MixedDataset
 from loader.prefetch import auto_reads_in_flight, map_ahead
 from loader.progress import Batching
-from loader.readable import Position, Readable, Stream, check_fits, placed_as, tell_mixture
+from loader.readable import Position, Readable, Stream, check_fits, tell_mixture
 from loader.stacks import StackDumps
 from loader.watchdog import (
     DEFAULT_DATA_TIMEOUT_S,
@@ -276,7 +275,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._task_sampler = sampler
         if shuffle is not None:  # every other argument passed: now the plan may change
             dataset.use_shuffle(shuffle)
-        self._telemetry = self._connect(telemetry, run_id, total_epochs, total_steps)
+        self._telemetry = reporter.connect(self, telemetry, run_id, total_epochs, total_steps)
 
     # DataLoader assigns batch_size/drop_last itself (None/False: batching happens in tasks);
     # these report the loader's own values.
@@ -350,17 +349,12 @@ class StreamingDataLoader(DataLoader[Any]):
             self.progress.record(stream, index)
             epoch_steps = self.progress.step
             self.loss_scale = stream.world_size / stream.global_rows(index)
-            if self._telemetry is not None:
-                now = time.perf_counter()
-                self._telemetry.on_batch(stream.task_rows(index), now - waited)
+            self._telemetry.on_batch(stream.task_rows(index), time.perf_counter() - waited)
             yield batch
             if self.progress.skip_due() and not self.progress.ended:
                 return True
             waited = time.perf_counter()
-        if self._telemetry is not None:
-            self._telemetry.event(
-                wire.EPOCH_END, epoch=stream.epoch, step=epoch_steps, global_step=self.global_step
-            )
+        self._telemetry.epoch_end(stream.epoch, epoch_steps, self.global_step)
         return False
 
     def skip_steps(self, start: int, stop: int) -> None:
@@ -380,10 +374,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 f"{self.global_step}); skip steps at or after it"
             )
         self.progress.skips.append((max(start, self.global_step), stop))
-        if self._telemetry is not None:
-            self._telemetry.event(
-                wire.STEPS_SKIPPED, start=start, stop=stop, global_step=self.global_step
-            )
+        self._telemetry.steps_skipped(start, stop, self.global_step)
 
     def _batches(self, stream: Stream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
@@ -448,38 +439,21 @@ class StreamingDataLoader(DataLoader[Any]):
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
         state = self.streaming_dataset.make_state(self._batching)
-        if self._telemetry is not None:  # a DCP save shows on the dashboard's timeline
-            from loader.telemetry_checkpoints import state_taken
-
-            state_taken(self._telemetry, state)
+        self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (any world size dividing num_splits); takes effect at the next
         `for` (an iteration already running stops)."""
-        before = state.get(st.KEY_WORLD_SIZE) if isinstance(state, dict) else None
         self.streaming_dataset.load_state_dict(state, drop_last=self.drop_last)
-        if self._telemetry is not None:
-            self._telemetry.event(
-                wire.CHECKPOINT_LOADED,
-                world_size_before=before,
-                world_size_after=self.streaming_dataset.world_size,
-                step=state.get(st.KEY_STEP),
-                epoch=state.get(st.KEY_EPOCH),
-                global_step=self.global_step,
-            )
+        self._telemetry.checkpoint_loaded(
+            state, self.streaming_dataset.world_size, self.global_step
+        )
         tell_mixture(self._telemetry, self.streaming_dataset, self.step)
 
     def note_checkpoint_saved(self, path: str | None = None) -> None:
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""
-        if self._telemetry is not None:
-            self._telemetry.event(
-                wire.CHECKPOINT_SAVED,
-                path=path,
-                step=self.step,
-                epoch=self.progress.epoch,
-                global_step=self.global_step,
-            )
+        self._telemetry.checkpoint_saved(path, self.progress.epoch, self.step, self.global_step)
 
     def close(self) -> None:
         """Flush and stop this loader's telemetry (bounded: about 2 s at most).
@@ -487,53 +461,7 @@ class StreamingDataLoader(DataLoader[Any]):
         Worth calling at the end of a rank: spawned and forkserver children skip atexit,
         so their last second of telemetry would be lost.
         """
-        if self._telemetry is not None:
-            self._telemetry.close()
-
-    # -- telemetry ----------------------------------------------------------------------
-
-    def _connect(
-        self, url: str | None, run_id: str | None, total_epochs: int | None, total_steps: int | None
-    ) -> Any:
-        from loader.telemetry import TelemetryClient, job_length
-
-        ds = self.streaming_dataset
-        static = {
-            "rank": ds.rank,
-            "local_rank": ds.world.local_rank,
-            "world_size": ds.world_size,
-            "num_workers": self.num_workers,
-            **placed_as(ds, self.global_batch_size),
-            "batch_size": self.batch_size,
-            "global_batch_size": self.global_batch_size,
-            **job_length(total_epochs, total_steps),
-        }
-        if ds.units.tokens_per_unit is not None:
-            static["seq_len"] = ds.units.tokens_per_unit
-        client = TelemetryClient.from_settings(url, run_id, static)
-        if client is not None:  # held weakly: a collected loader ends its client (`closed`)
-            client.set_snapshot(self._snapshot)
-        return client
-
-    def _snapshot(self) -> dict[str, Any]:
-        ds = self.streaming_dataset
-        if isinstance(ds, MixedDataset):  # per dataset, not per split: `mixture` events
-            return {"epoch": ds.epoch, "step": self.step, "global_step": self.global_step}
-        splits = self.splits
-        return {
-            "epoch": self.progress.epoch,
-            "step": self.step,
-            "global_step": self.global_step,
-            "splits": [splits.start, splits.stop],
-            "cursors": list(ds.progress.cursors[splits.start : splits.stop]),
-            **self._tokens(ds),
-        }
-
-    def _tokens(self, ds: StreamingDataset) -> dict[str, int]:
-        """What the units add about this rank's splits' units handed out this epoch."""
-        splits = self.splits
-        read = sum(ds.progress.cursors[splits.start : splits.stop])
-        return ds.units.progress_facts(read, self.progress.epoch)
+        self._telemetry.close()
 
 
 def _default_read_size(tokens_per_unit: int | None) -> int:

@@ -165,6 +165,20 @@ def split_owners(
     return owners
 
 
+def rank_shares(
+    rank: int, world_size: int, num_splits: int, global_batch: int | None = None
+) -> list[tuple[int, int]]:
+    """For each split the rank reads (`owned_splits`, in order), its rows of the split's rows
+    in a full global step, as (rows, of): rows == of for a split it reads whole. Its part of
+    a split's cursor c is then c * rows // of (exact at whole steps): what the dashboard and
+    the rank's telemetry count of a split it shares."""
+    of = global_batch // num_splits if global_batch and uses_steps(num_splits, global_batch) else 1
+    shares: list[tuple[int, int]] = []
+    for piece in rank_pieces(rank, world_size, num_splits, global_batch):
+        shares += [(piece.stop - piece.start, of)] * len(piece.splits)
+    return shares
+
+
 def rank_batch_sizes(world_size: int, global_batch: int) -> tuple[int, int]:
     """The smallest and largest per-rank batch of a full step of G rows on W ranks."""
     return global_batch // world_size, -(-global_batch // world_size)

@@ -148,12 +148,31 @@ def _pieces_text(pieces: list[Piece], num_splits: int, global_batch: int | None)
     )
 
 
-def _ranges(fit: WorldFit, num_splits: int, global_batch: int | None) -> str:
+def placement_text(fit: WorldFit, report: PlanReport) -> str:
+    """What the first ranks read, e.g. `r0:[0,2)+2[0:20 of 30] r1:2[20:30 of 30]+...`; the
+    reason for a world size that does not fit."""
+    if not fit.supported:
+        return fit.reason
+    num_splits, global_batch = report.num_splits, report.global_batch
     shown = [
         f"r{i}:{_pieces_text(p, num_splits, global_batch)}" for i, p in enumerate(fit.placement)
     ]
     more = fit.world_size - len(fit.placement)
     return " ".join(shown) + (f" … ({more:,} more)" if more else "")
+
+
+def batch_text(fit: WorldFit) -> str:
+    """Rows per rank in a full step: `b`, or `a-b` where per-rank batches differ by one."""
+    if fit.batch_size is None:
+        return "-"
+    return f"{fit.smallest_batch}-{fit.batch_size}" if fit.unequal else str(fit.batch_size)
+
+
+LOSS_SCALE_NOTE = (
+    "batch/rank a-b: per-rank batches differ by one row; for the exact gradient of "
+    "the global batch multiply each rank's summed loss by dl.loss_scale (= W / rows "
+    "of the global step) before backward"
+)
 
 
 def _shown(sizes: list[int], limit: int = LISTED) -> str:
@@ -185,14 +204,10 @@ def format_report(report: PlanReport, num_workers: int = 0) -> str:
         f"{'W':>5}  {'fits':<4}  {'splits/rank':>11}  {'batch/rank':>10}  W*w procs  placement"
     )
     for fit in report.fits:
-        batch = "-" if fit.batch_size is None else str(fit.batch_size)
-        if fit.unequal:
-            batch = f"{fit.smallest_batch}-{fit.batch_size}"
+        batch = batch_text(fit)
         per = "-" if fit.splits_per_rank is None else str(fit.splits_per_rank)
         procs = fit.world_size * max(1, num_workers)
-        where = (
-            _ranges(fit, report.num_splits, report.global_batch) if fit.supported else fit.reason
-        )
+        where = placement_text(fit, report)
         verdict = "yes" if fit.supported else "no"
         lines.append(
             f"{fit.world_size:>5}  {verdict:<4}  {per:>11}  {batch:>10}  {procs:>9}  {where}"
@@ -206,11 +221,7 @@ def format_report(report: PlanReport, num_workers: int = 0) -> str:
             f"that split's G/S in each step)"
         )
     if any(f.unequal for f in report.fits):
-        lines.append(
-            "batch/rank a-b: per-rank batches differ by one row; for the exact gradient of "
-            "the global batch multiply each rank's summed loss by dl.loss_scale (= W / rows "
-            "of the global step) before backward"
-        )
+        lines.append(LOSS_SCALE_NOTE)
     return "\n".join(lines)
 
 

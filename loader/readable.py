@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeAlias
 
-from loader import wire
 from loader.dataset import StreamingDataset
 from loader.layout import check_world_size
 from loader.mixture import MixedDataset
@@ -69,11 +68,7 @@ def placed_as(dataset: Readable, global_batch: int) -> dict[str, int]:
     return {"num_splits": dataset.num_splits, "rows_per_split": dataset.rows_per_split}
 
 
-def tell_mixture(telemetry: Any, dataset: Readable, step: int) -> None:
+def tell_mixture(reporter: Any, dataset: Readable, step: int) -> None:
     """A mixture's weights and per-dataset progress, for the dashboard's Timeline."""
-    if telemetry is not None and isinstance(dataset, MixedDataset):
-        global_step = dataset.progress.global_step
-        facts = dataset.facts()
-        telemetry.event(
-            wire.MIXTURE, epoch=dataset.epoch, step=step, global_step=global_step, **facts
-        )
+    if isinstance(dataset, MixedDataset):
+        reporter.mixture(dataset.epoch, step, dataset.progress.global_step, dataset.facts())

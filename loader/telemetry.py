@@ -11,8 +11,9 @@ sender backs off, and the job never waits: that is worth more than a complete re
 Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models.py`):
 `POST {url}/api/events` with
 `{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
-(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size),
-`kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) owned), `cursors` (of those splits),
+(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size,
+global_batch_size), `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) the rank reads from,
+shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (of those splits),
 `tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
 says tokens per block),
@@ -73,6 +74,7 @@ STATIC_KEYS = (
     "num_splits",
     "rows_per_split",
     "batch_size",
+    "global_batch_size",
     "total_epochs",
     "total_steps",
     "seq_len",
@@ -114,7 +116,7 @@ def _default_run_id(static: Mapping[str, Any]) -> str:
     return f"{host}-{port}" if port else f"{host}-{os.getpid()}"
 
 
-def _field(value: Any) -> Any:
+def event_value(value: Any) -> Any:
     """A JSON scalar or list of ints, whatever the loader passed (numpy ints, Paths, ...)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -195,7 +197,7 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _position(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
+def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
     for key in ("epoch", "step", "global_step"):
@@ -302,6 +304,14 @@ class TelemetryClient:
         else:
             self._snapshot = lambda: fn
 
+    def position(self) -> dict[str, Any] | None:
+        """The loader's position now, as events carry it (its splits' cursors only); None
+        when no loader is attached, it is gone, or the client is closing."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None or self._stop.is_set():
+            return None
+        return position_fields(snapshot(), self.static.get("num_splits"))
+
     def on_batch(self, rows: int, wait_s: float) -> None:
         """Count one batch handed to the training loop and how long the loop waited."""
         self._rows += rows
@@ -312,8 +322,8 @@ class TelemetryClient:
         """Queue a discrete event (e.g. `checkpoint_loaded`); dropped if the queue is full."""
         ev = self._base(kind, time.time())
         position = {k: fields.pop(k) for k in POSITION_KEYS if k in fields}
-        ev.update(_position(position, self.static.get("num_splits")))
-        ev["data"] = {str(k): _field(v) for k, v in fields.items()}
+        ev.update(position_fields(position, self.static.get("num_splits")))
+        ev["data"] = {str(k): event_value(v) for k, v in fields.items()}
         self._offer(ev)
         self._wake.set()
 
@@ -374,7 +384,7 @@ class TelemetryClient:
             self._stop.set()  # the loader is gone: this is the last send
         elif snapshot is not None:
             try:
-                self._position = _position(snapshot(), self.static.get("num_splits"))
+                self._position = position_fields(snapshot(), self.static.get("num_splits"))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
         ev.update(self._position)  # a collected loader's last position, not none

@@ -2,13 +2,15 @@
 
 Two ways a checkpoint of a loader is written, two ways to notice it:
 
-- `loader.checkpoint.save(state, path)` calls `checkpoint_saved(state, path)` (a torch-free
-  hook that runs only if telemetry was imported). Every live telemetry client of this
-  process whose loader is at `state` — same epoch, same cursors of its splits — sends a
-  `checkpoint_saved` event with the path. A stale state saved later matches no loader.
+- `loader.checkpoint.save(state, path)` calls `loader.reporter.checkpoint_written(state,
+  path)` (a torch-free hook; nothing happens without a loader that has telemetry on). Every
+  live loader's reporter of this process whose loader is at `state` — same epoch, same
+  cursors of its splits — has `saved_if_mine` send a `checkpoint_saved` event with the
+  path. A stale state saved later matches no loader.
 - `torch.distributed.checkpoint.save` with the loader as a `Stateful` calls the loader's
   `state_dict()`, and gives a `Stateful` no way to know it is being saved (`dcp.load` calls
-  `state_dict()` too). So `state_dict()` calls `state_taken(client, state)`, which looks up
+  `state_dict()` too). So `state_dict()` has its reporter call `state_taken(client, state)`,
+  which looks up
   the caller frames (only when telemetry is on, only on `state_dict()`): inside DCP's save
   function it sends `checkpoint_saved` with the `checkpoint_id` and `via: "dcp"`.
 """
@@ -33,21 +35,14 @@ _DCP_SAVER = os.path.join("checkpoint", "state_dict_saver.py")
 _DCP_SAVE_FUNCTIONS = ("save", "async_save", "save_state_dict")
 
 
-def checkpoint_saved(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """`loader.checkpoint.save` wrote `state` to `path`: tell the clients whose loader it is."""
-    for client in list(telemetry._LIVE):
-        saved_if_mine(client, state, path)
-
-
 def saved_if_mine(
     client: telemetry.TelemetryClient, state: Mapping[str, Any], path: str | os.PathLike[str]
 ) -> None:
     """Send `checkpoint_saved` if `state` is the client's loader's current position."""
-    snapshot = client._snapshot() if client._snapshot is not None else None
-    if snapshot is None or client._stop.is_set():
-        return
     try:
-        now = telemetry._position(snapshot(), client.static.get("num_splits"))
+        now = client.position()
+        if now is None:
+            return
         if state.get(st.KEY_FORMAT) == st.MIXTURE_FORMAT:  # per dataset: the step says where
             if state.get(st.KEY_GLOBAL_STEP) != now.get("global_step"):
                 return
@@ -81,7 +76,7 @@ def dcp_save_target(max_depth: int = 40) -> str | None:
         code = frame.f_code
         if code.co_name in _DCP_SAVE_FUNCTIONS and code.co_filename.endswith(_DCP_SAVER):
             target = frame.f_locals.get("checkpoint_id") or frame.f_locals.get("storage_writer")
-            return telemetry._field(target) if target is not None else "DCP checkpoint"
+            return telemetry.event_value(target) if target is not None else "DCP checkpoint"
         frame = frame.f_back
     return None
 

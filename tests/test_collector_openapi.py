@@ -35,9 +35,10 @@ def _event(**changes: Any) -> dict[str, Any]:
 # that the documentation of the rule must contain.
 BROKEN = {
     "`rank` < `world_size`": [_event(rank=2)],
-    "`world_size` divides `num_splits`": [_event(num_splits=5, splits=None, cursors=None)],
-    "`splits`, when sent, is": [_event(splits=[0, 2])],
-    "`cursors`, when sent, has S / W entries": [_event(cursors=[0])],
+    "from clients that send no G, W divides S": [_event(num_splits=5, splits=None, cursors=None)],
+    "with G a multiple of S any W <= G": [_event(global_batch_size=1, splits=None, cursors=None)],
+    "`splits`, when sent, is `loader.layout.owned_splits": [_event(splits=[0, 2])],
+    "`cursors`, when sent, has one entry per split": [_event(cursors=[0])],
     "`ts` lies in [now - keep_days, now + max_clock_skew_s]": [_event(ts=0.0)],
     "at most 8 run ids": [_event(run_id=f"r{i}") for i in range(9)],
 }

@@ -8,6 +8,7 @@ crashed and 1,024-rank runs. One collector + Streamlit server and one browser fo
 - `finished-run`: a real one-rank job that states `total_epochs=1`, reads it (packed token
   blocks: the page counts blocks and tokens) and exits.
 - `big-run`: synthetic, 1,024 ranks over 4,096 splits.
+- `odd-run`: synthetic, W = 3 over S = 8 with G = 240: ranks share splits 2 and 5.
 Screenshots land in `tests/artifacts/` (git-ignored).
 """
 
@@ -178,6 +179,28 @@ def test_placement_marks_every_rank_before_and_after(live: Live, page: Page) -> 
         expect(row).to_contain_text(f"{owned.start}–{owned.stop - 1}", timeout=10_000)
         expect(row).to_contain_text(re.compile(r"running.*s ago.*gpu-node\s*" + str(r)))
     _shot(page, "dashboard-healthy.png")
+
+
+def test_placement_shows_a_split_two_ranks_share_and_who_reads_which_part(
+    live: Live, page: Page
+) -> None:
+    # Its last reports a few seconds ahead: still running when the picture is taken.
+    shared = SyntheticRun("odd-run", 3, 8, 3000, 10, time.time() - 7, 160.0, global_batch_size=240)
+    post_events(live.api_url, synthetic_events(shared))
+    page.goto(live.url("", "odd-run"))
+    expect(page.get_by_text("any world size up to G = 240")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=30_000)
+    table = page.get_by_test_id("stTable").first
+    expect(table.locator("tr", has_text="rank 0: rows 0–19 · rank 1: rows 20–29")).to_contain_text(
+        re.compile(r"split 2\s*rank 0.*30 rows"), timeout=10_000
+    )
+    expect(table.locator("tr", has_text="rank 1: rows 0–9 · rank 2: rows 10–29")).to_contain_text(
+        "split 5"
+    )
+    ranks = page.get_by_test_id("stTable").nth(1)
+    expect(ranks.locator("tr", has_text="rank 1")).to_contain_text("2*–5*")
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    _shot(page, "dashboard-shared-splits.png")
 
 
 def test_throughput_names_the_rank_waiting_for_data(live: Live, page: Page) -> None:

@@ -39,3 +39,23 @@ def test_the_streamlit_process_does_not_import_the_collector() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("dashboard.collector"), path
+
+
+def test_the_planner_shows_unequal_batches_shared_splits_and_the_loss_scale() -> None:
+    """S = 8, G = 256 on 3 GPUs: batches 85-86, split 2 shared by ranks 0 and 1."""
+    at = AppTest.from_file(str(APP.parent / "screens" / "planner.py"), default_timeout=60).run()
+    at.number_input[1].set_value(8)  # splits S
+    at.number_input[2].set_value(256)  # global batch G
+    at.text_input[0].set_value("3, 4").run()
+    assert not at.exception
+    table = at.table[0].value
+    three, four = table.loc[3], table.loc[4]
+    assert (three["fits"], three["batch per GPU"], three["shared splits"]) == (
+        "yes",
+        "85-86",
+        "yes",
+    )
+    assert three["what the first ranks read"].startswith("r0:[0,2)+2[0:21 of 32] r1:2[21:32 of 32]")
+    assert (four["batch per GPU"], four["shared splits"]) == ("64", "no")
+    assert any("dl.loss_scale" in info.value for info in at.info)
+    assert any(c.value.startswith("Any world size up to G = 256 fits") for c in at.caption)

@@ -290,18 +290,19 @@ def test_progress_telemetry_carries_tokens() -> None:
     """The loader's snapshot (what progress events carry) counts tokens when packing, and the
     collector's schema accepts the field."""
     from dashboard.collector.models import EventIn
-    from loader.telemetry import _position
+    from loader.reporter import position_of
+    from loader.telemetry import position_fields
 
     loader = loaders(token_table([9] * 16), 1, 2, num_splits=2, pack_sequences=4)[0]
     take(loader, 3)
-    position = _position(loader._snapshot(), 2)
+    position = position_fields(position_of(loader), 2)
     assert position["tokens"] == 3 * 2 * 4
     event = {"run_id": "r", "kind": "progress", "ts": 1.0, "rank": 0, "world_size": 1}
     assert EventIn(**event, num_splits=2, **position).tokens == 24
     rows = StreamingDataLoader(
         StreamingDataset(token_table([3] * 4), num_splits=1, rank=0, world_size=1), batch_size=2
     )
-    assert "tokens" not in rows._snapshot()
+    assert "tokens" not in position_of(rows)
 
 
 def test_resume_reads_nothing_before_the_first_batch(monkeypatch: pytest.MonkeyPatch) -> None:

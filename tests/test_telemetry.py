@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dashboard.launch import DashboardHandle, start_dashboard
-from loader.telemetry import TelemetryClient, TelemetryWarning, _field
+from loader.telemetry import TelemetryClient, TelemetryWarning, event_value
 from tests.net import get_json, serving, wait_until
 
 STATIC: dict[str, Any] = {
@@ -151,12 +151,12 @@ def test_settings_come_from_arguments_then_environment(monkeypatch: pytest.Monke
 
 
 def test_fields_become_json_the_collector_accepts() -> None:
-    assert _field(Path("/a/b")) == "/a/b"
-    assert _field(np.int64(3)) == 3 and isinstance(_field(np.int64(3)), int)
-    assert _field(np.arange(3)) == [0, 1, 2]
-    assert _field((1, 2)) == [1, 2]
-    assert _field({"nested": 1}) == "{'nested': 1}"
-    assert _field(None) is None
+    assert event_value(Path("/a/b")) == "/a/b"
+    assert event_value(np.int64(3)) == 3 and isinstance(event_value(np.int64(3)), int)
+    assert event_value(np.arange(3)) == [0, 1, 2]
+    assert event_value((1, 2)) == [1, 2]
+    assert event_value({"nested": 1}) == "{'nested': 1}"
+    assert event_value(None) is None
 
 
 def test_a_run_id_the_collector_cannot_serve_is_a_clear_error() -> None:
@@ -308,7 +308,7 @@ def test_a_dropped_loader_sends_closed(collector: DashboardHandle) -> None:
     ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=1)
     loader = StreamingDataLoader(ds, batch_size=16, telemetry=collector.api_url, run_id="run-gc")
     assert len(list(loader)) == 4
-    client = loader._telemetry
+    client = loader._telemetry.client
     del loader
     gc.collect()
     url = collector.api_url + "/api/runs/run-gc/events?kind=closed"
@@ -346,6 +346,6 @@ def test_a_bad_telemetry_environment_is_one_warning_and_the_job_runs(
     ours = [w for w in caught if issubclass(w.category, TelemetryWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
     assert named in str(ours[0].message) and "telemetry is off" in str(ours[0].message)
-    assert dl._telemetry is None
+    assert dl._telemetry.client is None  # the no-op reporter: telemetry is off
     with pytest.raises(ValueError, match="Invalid telemetry"):
         StreamingDataLoader(ds, batch_size=10, telemetry="not a url", run_id="a/b")

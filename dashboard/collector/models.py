@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from loader.layout import check_world_size
+from loader.layout import fit_reason, owned_splits
 from loader.wire import KIND_PATTERN, MAX_SPLITS, MAX_WORLD_SIZE, RUN_ID_PATTERN
 
 MAX_EVENTS = 2000
@@ -60,9 +60,9 @@ CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema can
 them), each a 422 naming the rule:
 
 - `rank` < `world_size`;
-- `world_size` divides `num_splits` (the contract: every rank owns S / W whole splits);
-- `splits`, when sent, is `[rank * S / W, (rank + 1) * S / W]`, the rank's own splits;
-- `cursors`, when sent, has S / W entries, one per split the rank owns;
+- `world_size` fits `num_splits` and `global_batch_size` G (`loader.layout.fit_reason`): with G a multiple of S any W <= G; otherwise, and from clients that send no G, W divides S (and G);
+- `splits`, when sent, is `loader.layout.owned_splits(rank, W, S, G)`: `[rank * S / W, (rank + 1) * S / W]` where W divides S, else the splits the rank's slice of each step touches (the ones it shares at its edges included);
+- `cursors`, when sent, has one entry per split in `splits`;
 - `ts` lies in [now - keep_days, now + max_clock_skew_s] on the collector's clock;
 - one request carries events of at most 8 run ids.
 
@@ -73,8 +73,11 @@ class EventIn(BaseModel):
     """One telemetry event from one rank (see `loader/telemetry.py` for who sends what).
 
     Besides each field's type and range, an event must agree with itself: rank < W, W
-    divides S, `splits` is the range the contract gives this rank, `cursors` has one
-    entry per owned split. (That S stays the run's S is the store's check.)
+    ranks can read S splits with the global batch G (`loader.layout.fit_reason`: any
+    W <= G when G is a multiple of S; without G, from clients older than it, W must divide
+    S), `splits` is the range `loader.layout.owned_splits` gives this rank (shared splits
+    at its edges included), `cursors` has one entry per split in it. (That S stays the
+    run's S is the store's check.)
     """
 
     model_config = ConfigDict(
@@ -97,6 +100,7 @@ class EventIn(BaseModel):
     num_splits: Annotated[int, Field(ge=1, le=MAX_SPLITS)]
     rows_per_split: NonNeg = 0
     batch_size: NonNeg | None = None
+    global_batch_size: Annotated[int, Field(ge=1, le=1 << 62)] | None = None  # G, all ranks
     epoch: NonNeg | None = None
     step: NonNeg | None = None
     global_step: NonNeg | None = None
@@ -120,18 +124,18 @@ class EventIn(BaseModel):
     def _agrees_with_itself(self) -> EventIn:
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
-        check_world_size(self.num_splits, self.world_size)
-        per_rank = self.num_splits // self.world_size
-        owned = [self.rank * per_rank, (self.rank + 1) * per_rank]
+        layout = f"W={self.world_size}, S={self.num_splits}, G={self.global_batch_size}"
+        reason = fit_reason(self.num_splits, self.world_size, self.global_batch_size)
+        if reason:
+            raise ValueError(f"{reason} ({layout})")
+        mine = owned_splits(self.rank, self.world_size, self.num_splits, self.global_batch_size)
+        owned = [mine.start, mine.stop]
         if self.splits is not None and self.splits != owned:
+            raise ValueError(f"splits {self.splits} are not rank {self.rank}'s {owned} ({layout})")
+        if self.cursors is not None and len(self.cursors) != len(mine):
             raise ValueError(
-                f"splits {self.splits} are not rank {self.rank}'s {owned} "
-                f"(W={self.world_size}, S={self.num_splits})"
-            )
-        if self.cursors is not None and len(self.cursors) != per_rank:
-            raise ValueError(
-                f"cursors has {len(self.cursors)} entries; rank {self.rank} owns {per_rank} "
-                f"splits (W={self.world_size}, S={self.num_splits})"
+                f"cursors has {len(self.cursors)} entries; rank {self.rank} reads "
+                f"{len(mine)} splits ({layout})"
             )
         return self
 
@@ -239,13 +243,34 @@ class RankPublic(BaseModel):
     silent_s: float | None
     tokens: int | None = None  # packed data: tokens handed out this epoch
     blocks_per_split: int | None = None  # packed data: what the cursors count up to
+    global_batch_size: int | None = None  # G (None from clients older than it)
+
+
+class PartPublic(BaseModel):
+    """Rows [start, stop) of a shared split's `rows_per_step` in every full global step."""
+
+    rank: int
+    start: int
+    stop: int
+
+
+class SharedSplitPublic(BaseModel):
+    """A split that more than one rank reads, and who reads which part."""
+
+    split: int
+    parts: list[PartPublic]
 
 
 class LayoutPublic(BaseModel):
-    """One world size's placement: `owner[s]` is the rank that reads split s."""
+    """One world size's placement (`loader.layout`): `owner[s]` is the first rank that
+    reads split s (-1: not known yet); `shared` the splits read in parts by several ranks
+    (the step layout, G a multiple of S and W not dividing S); `rows_per_step` is G/S."""
 
     world_size: int
+    global_batch_size: int | None
+    rows_per_step: int | None
     owner: list[int]
+    shared: list[SharedSplitPublic]
     ranks: list[RankPublic]
 
 
@@ -253,7 +278,8 @@ class PlacementPublic(BaseModel):
     run_id: str
     num_splits: int
     rows_per_split: int
-    supported_world_sizes: list[int]
+    supported_world_sizes: list[int]  # the divisors of S (any W without a global batch)
+    any_world_size_up_to: int | None  # G, when G is a multiple of S: every W <= G fits
     status: StatusPublic
     current: LayoutPublic
     previous: LayoutPublic | None

@@ -55,6 +55,9 @@ ADDED_COLUMNS = (
     ("ranks", "epochs_done", "INTEGER"),
     ("ranks", "end_step", "INTEGER"),
     ("runs", "resumed_ts", "REAL"),
+    # the global batch G the rank reads with: with the split count, who reads which part of
+    # a split that ranks share (loader.layout); NULL from clients older than it
+    ("ranks", "global_batch_size", "INTEGER"),
 )
 
 

@@ -155,7 +155,9 @@ class Store:
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
-            ranks.append((*where, *position, e.interval_s or None, *packed, e.ts))
+            ranks.append(
+                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
+            )
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))

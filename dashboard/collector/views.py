@@ -19,9 +19,9 @@ from dashboard.collector.status import (
     run_status,
 )
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import owners
+from dashboard.placement import layout_of
 from loader import wire
-from loader.layout import supported_world_sizes
+from loader.layout import fit_reason, rank_shares, supported_world_sizes, uses_steps
 
 
 def gpu_labels(ranks: list[dict[str, Any]]) -> dict[int, int]:
@@ -50,11 +50,13 @@ def _layout(
         r["gpu"] = gpu[r["rank"]]
         r["state"] = known["state"] if known else "previous world"
         r["silent_s"] = known["silent_s"] if known else None
-    return {
-        "world_size": world_size,
-        "owner": owners(world_size, run["num_splits"]),
-        "ranks": ranks,
-    }
+    grid = layout_of(world_size, run["num_splits"], global_batch(ranks))
+    return {"world_size": world_size, **grid, "ranks": ranks}
+
+
+def global_batch(ranks: list[dict[str, Any]]) -> int | None:
+    """The world's global batch G, as its ranks reported it (None from older clients)."""
+    return max((r["global_batch_size"] for r in ranks if r.get("global_batch_size")), default=None)
 
 
 def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH) -> dict[str, Any]:
@@ -62,11 +64,13 @@ def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH
     prev = run["prev_world_size"]
     ranks = store.ranks(run["run_id"], run["world_size"])
     status = run_status(store, run, ranks, health)
+    num_splits, batch = run["num_splits"], global_batch(ranks)
     return {
         "run_id": run["run_id"],
-        "num_splits": run["num_splits"],
+        "num_splits": num_splits,
         "rows_per_split": run["rows_per_split"],
-        "supported_world_sizes": supported_world_sizes(run["num_splits"]),
+        "supported_world_sizes": supported_world_sizes(num_splits),
+        "any_world_size_up_to": batch if uses_steps(num_splits, batch) else None,
         "status": public(status),
         "current": _layout(run, run["world_size"], ranks, status),
         "previous": (
@@ -84,13 +88,22 @@ def _ended_epoch(r: dict[str, Any], state: str) -> bool:
     return state == "closed" and fresh and (r["epoch"] or 0) > 0
 
 
-def _rank_progress(r: dict[str, Any], per_split: int, state: str) -> dict[str, Any]:
-    """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks."""
+def _rank_progress(
+    r: dict[str, Any], num_splits: int, per_split: int, state: str
+) -> dict[str, Any]:
+    """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks.
+    Of a split it shares with others the rank counts its part (`rank_shares`), so the bars
+    add up to the cursors' total."""
     per_split = r.get("blocks_per_split") or per_split
     lo, hi = (r["splits"] or [0, 0])[:2]
     own = r["cursors"] or []
-    done = sum(own) if len(own) == hi - lo else 0
-    total = (hi - lo) * per_split
+    shares = _shares(r, num_splits, hi - lo)
+    done = (
+        sum(c * n // of for c, (n, of) in zip(own, shares, strict=False))
+        if len(own) == hi - lo
+        else 0
+    )
+    total = sum(per_split * n // of for n, of in shares)
     if _ended_epoch(r, state):
         r["epoch"], done, r["cursors"] = r["epoch"] - 1, total, [per_split] * (hi - lo)
     out = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
@@ -98,6 +111,14 @@ def _rank_progress(r: dict[str, Any], per_split: int, state: str) -> dict[str, A
     out.update(rows_done=done, rows_total=total, pct=100.0 * done / total if total else 0.0)
     out["tokens"] = r.get("tokens")
     return out
+
+
+def _shares(r: dict[str, Any], num_splits: int, count: int) -> list[tuple[int, int]]:
+    """The rank's part of each of its `count` splits (whole where its layout is unknown)."""
+    world, batch = r["world_size"], r.get("global_batch_size")
+    if fit_reason(num_splits, world, batch):
+        return [(1, 1)] * count
+    return rank_shares(r["rank"], world, num_splits, batch)
 
 
 def _units(run: dict[str, Any], ranks: list[dict[str, Any]]) -> tuple[str, int]:
@@ -142,10 +163,13 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
     cursors: list[int | None] = [None] * num_splits
     bars = []
     for r in ranks:
-        bars.append(_rank_progress(r, per_split, state_of[r["rank"]]))
+        bars.append(_rank_progress(r, num_splits, per_split, state_of[r["rank"]]))
         lo, hi = (r["splits"] or [0, 0])[:2]
         if r["cursors"] is not None and len(r["cursors"]) == hi - lo:
-            cursors[lo:hi] = r["cursors"]
+            # Ranks sharing a split report the same global cursor: the latest is the largest.
+            cursors[lo:hi] = [
+                max(c, o or 0) for c, o in zip(r["cursors"], cursors[lo:hi], strict=True)
+            ]
     rows_done = sum(b["rows_done"] for b in bars)
     owned = sum(b["rows_total"] for b in bars)
     rate = sum(b["rows_per_s"] for b in bars if b["state"] == "running")
@@ -161,14 +185,14 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
         "unit": unit,
         "rows_per_split": per_split,
         "cursors": cursors,
-        "owner": owners(run["world_size"], num_splits),
+        "owner": layout_of(run["world_size"], num_splits, global_batch(ranks))["owner"],
         "rows_done": rows_done,
         "rows_total": rows_total,
         "epoch_pct": 100.0 * rows_done / owned if owned else 0.0,
         "rows_per_s": rate,
         "eta_s": eta,
         "global_step": max((b["global_step"] or 0 for b in bars), default=None),
-        "job": job_progress(run, bars, rate, finished, rows_total),
+        "job": job_progress(run, bars, rate, finished, rows_total, global_batch(ranks)),
         "ranks": bars,
         **_tokens(run, bars, rows_total, rate),
     }
@@ -180,9 +204,12 @@ def job_progress(
     rate: float,
     finished: bool,
     epoch_rows: int | None = None,
+    step_rows: int | None = None,
 ) -> dict[str, Any]:
     """'epoch x of N' / 'step x of N', share of the job done and its ETA, when it told us N.
-    `epoch_rows`: what an epoch holds in the unit of `rate` (default S × L rows)."""
+    `epoch_rows`: what an epoch holds in the unit of `rate` (default S × L rows);
+    `step_rows`: G, the rows of a step (default the reported batch_size × W, which is off
+    where per-rank batches differ by one)."""
     total_epochs, total_steps = run.get("total_epochs"), run.get("total_steps")
     out: dict[str, Any] = {"total_epochs": total_epochs, "total_steps": total_steps}
     out.update(pct=None, eta_s=None, label=None)
@@ -190,7 +217,7 @@ def job_progress(
         return out
     if total_steps:
         step = min(b["global_step"] or 0 for b in bars)
-        per_step = (run.get("batch_size") or 0) * run["world_size"]
+        per_step = step_rows or (run.get("batch_size") or 0) * run["world_size"]
         done = min(1.0, step / total_steps)
         left_s = (total_steps - step) * per_step / rate if rate > 0 and per_step else None
         out["label"] = f"step {min(step, total_steps):,} of {total_steps:,}"

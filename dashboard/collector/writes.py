@@ -35,8 +35,9 @@ WHERE run_id = ? AND world_size != ? AND world_since < ?
 # stalled); `prev_interval_s` the interval before (SET reads the row's old values).
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
-  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
+  global_batch_size)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   step_ts = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
     AND excluded.epoch IS ranks.epoch THEN coalesce(ranks.step_ts, ranks.ts) ELSE excluded.ts END,
@@ -46,7 +47,9 @@ ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
   rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
   interval_s = excluded.interval_s, tokens = excluded.tokens,
-  blocks_per_split = excluded.blocks_per_split WHERE excluded.ts >= ranks.ts
+  blocks_per_split = excluded.blocks_per_split,
+  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
+  WHERE excluded.ts >= ranks.ts
 """
 INSERT_SAMPLE = """
 INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)

@@ -1,4 +1,5 @@
-"""Placement: which rank reads which split, now and (after a resume) before; who is silent."""
+"""Placement: which rank reads which split, now and (after a resume) before; who is silent;
+which splits two ranks share and who reads which part (the layout is `loader.layout`'s)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,27 @@ from dashboard import charts, ui
 ORDER = {"crashed": 0, "stalled": 1, "running": 2, "closed": 3}
 
 
+def shared_table(layout: dict[str, Any]) -> pd.DataFrame:
+    """One row per split that several ranks read: who reads which rows of each step's."""
+    per = layout["rows_per_step"]
+    rows = [
+        {
+            "split": f"split {s['split']:,}",
+            "read by": " · ".join(
+                f"rank {p['rank']}: rows {p['start']}–{p['stop'] - 1}" for p in s["parts"]
+            ),
+            "of each step's": f"{per:,} rows",
+        }
+        for s in layout["shared"]
+    ]
+    return pd.DataFrame(rows).set_index("split") if rows else pd.DataFrame(rows)
+
+
 def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
     """One row per rank, human labels, worst first. A packed run's cursors count blocks, up
-    to the rank's `blocks_per_split` (its rows/s are blocks/s)."""
+    to the rank's `blocks_per_split` (its rows/s are blocks/s). Splits the rank shares with
+    another are marked with a *."""
+    shared = {s["split"] for s in layout["shared"]}
     rows = []
     for r in layout["ranks"]:
         lo, hi = (r["splits"] or [0, 0])[:2]
@@ -30,7 +49,7 @@ def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
                 "host": ui.plain(r["host"]),  # st.table renders Markdown
                 "GPU": r["gpu"],
                 "workers": r["num_workers"],
-                "splits": f"{lo}–{hi - 1}" if hi > lo else "—",
+                "splits": _splits(lo, hi, shared),
                 "global step": f"{r['global_step']:,}" if r["global_step"] is not None else "—",
                 "read": f"{100 * read / total:.1f}%" if total else "—",
                 "rows/s": f"{r['rows_per_s']:,.0f}" if r["state"] == "running" else "—",
@@ -40,6 +59,20 @@ def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
     if frame.empty:
         return frame
     return frame.sort_values("order").drop(columns="order").set_index("rank")
+
+
+def _splits(lo: int, hi: int, shared: set[int]) -> str:
+    if hi <= lo:
+        return "—"
+    star = {s: "*" if s in shared else "" for s in (lo, hi - 1)}
+    return f"{lo}{star[lo]}" if hi - lo == 1 else f"{lo}{star[lo]}–{hi - 1}{star[hi - 1]}"
+
+
+def _world_sizes(placement: dict[str, Any]) -> str:
+    up_to = placement["any_world_size_up_to"]
+    if up_to:
+        return f"any world size up to G = {up_to:,} (G is a multiple of S)"
+    return f"world sizes S supports: {', '.join(map(str, placement['supported_world_sizes']))}"
 
 
 @st.fragment(run_every=ui.REFRESH)
@@ -52,7 +85,7 @@ def live() -> None:
     num_splits = placement["num_splits"]
     st.text(
         f"{run_id} · S = {num_splits:,} splits · W = {cur['world_size']:,} ranks · "
-        f"world sizes S supports: {', '.join(map(str, placement['supported_world_sizes']))}"
+        + _world_sizes(placement)
     )
     now = charts.placement_grid(cur, num_splits, f"now: W = {cur['world_size']:,}")
     if prev:
@@ -62,6 +95,13 @@ def live() -> None:
         ui.show(now, after_col, fit=False)
     else:
         ui.show(now, fit=False)
+    if cur["shared"]:
+        st.subheader("Shared splits")
+        st.caption(
+            "Each global step takes G/S rows of every split; where a rank's slice of the "
+            "step ends inside a split, the next rank reads the rest of it."
+        )
+        st.table(ui.paged(shared_table(cur), "shared-page"))
     st.subheader("Ranks")
     table = rank_table(cur, placement["rows_per_split"])
     if table.empty:
@@ -72,7 +112,8 @@ def live() -> None:
 
 st.header("Placement")
 st.caption(
-    "Each cell is a split, coloured by the rank (GPU) that reads it; dark cells belong to a "
-    "rank that stopped reporting. Hover for host, GPU, workers and state."
+    "Each cell is a split, coloured by the rank (GPU) that reads it; a split two ranks share "
+    "is cut into their parts (and marked * in the ranks table); dark cells belong to a rank "
+    "that stopped reporting. Hover for the part read, host, GPU, workers and state."
 )
 live()
