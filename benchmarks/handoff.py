@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from loader.reader import SlicedRead, cut_columns
+from loader.read.reader import SlicedRead, cut_columns
 
 ROWS, WORKERS = 1024, 2
 KINDS = ("list of dicts", "SlicedRead", "SlicedRead, one storage")

@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.packed_reader import PackedReader, block_documents
 from loader.packing import PACKED_CLUMP
 from loader.progress import Batching
+from loader.read.packed_reader import PackedReader, block_documents
 from loader.stream import task_order_indices
 
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0

@@ -92,8 +92,8 @@ def raw_take_s3(case: Case) -> Result:
     import lance
 
     from loader import StreamingDataLoader
-    from loader.prefetch import map_ahead
     from loader.progress import Batching
+    from loader.read.prefetch import map_ahead
 
     ds = _dataset(case)
     per_read = StreamingDataLoader(ds, batch_size=case.batch_size).batches_per_read

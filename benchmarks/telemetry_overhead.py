@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from dashboard.launch import start_collector_process
 from loader import StreamingDataLoader, StreamingDataset
-from loader.telemetry import TelemetryClient
+from loader.telemetry.client import TelemetryClient
 
 
 def make_table(rows: int, width: int = 8) -> pa.Table:

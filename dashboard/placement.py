@@ -2,7 +2,7 @@
 which splits two ranks share and who reads which part) and who is straggling.
 
 Who reads what is the loader's: `loader.layout` (a rank's pieces of every global step,
-which world sizes fit) and `loader.planner` (which world sizes fit a global batch), both
+which world sizes fit) and `loader.tools.planner` (which world sizes fit a global batch), both
 standard library only, so the Streamlit process and the collector import them without
 torch or Numba. This module only arranges their answer for drawing.
 """

@@ -1,6 +1,6 @@
 """Realistic telemetry for R ranks without a training job: for tests, benchmarks, demos.
 
-Events have exactly the shape `loader/telemetry.py` sends (one `progress` per rank per
+Events have exactly the shape `loader/telemetry/client.py` sends (one `progress` per rank per
 second, cursors of the rank's splits advancing round-robin, checkpoints and a resume), so
 the collector, its benchmark and the browser test exercise the real wire format.
 """

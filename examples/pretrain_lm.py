@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a cl
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.checkpoint import load, save
-from loader.packed_reader import IGNORE_INDEX
+from loader.read.packed_reader import IGNORE_INDEX
 
 EOS = 256
 VOCAB = 257
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     files, doc_bytes = (24, 600) if args.quick else (120, 2000)
     started = time.perf_counter()
     # ranks fork from a server that imported torch and the loader once (not run: fork-safe)
-    mp.set_forkserver_preload(["torch", "loader.packed_reader"])
+    mp.set_forkserver_preload(["torch", "loader.read.packed_reader"])
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     tokens = build_table(out / "db", files, doc_bytes)

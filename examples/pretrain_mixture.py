@@ -63,7 +63,7 @@ from pretrain_lm import (
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
 from loader.checkpoint import load
-from loader.packed_reader import IGNORE_INDEX
+from loader.read.packed_reader import IGNORE_INDEX
 
 NAMES = ("code", "docs", "packages")
 BEFORE, AFTER = (6, 3, 1), (2, 5, 3)  # the weights, and the annealing ones
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     files, doc_bytes, steps = (16, 500, 24) if args.quick else (80, 2000, 120)
     steps = args.steps or steps
     started = time.perf_counter()
-    mp.set_forkserver_preload(["torch", "loader.packed_reader"])
+    mp.set_forkserver_preload(["torch", "loader.read.packed_reader"])
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     tokens = build_tables(out / "db", files, doc_bytes)

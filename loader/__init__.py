@@ -16,26 +16,26 @@ if TYPE_CHECKING:
     from loader.dataloader import StreamingDataLoader
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
-    from loader.mixture import CombinedStreamingDataset, MixedDataset
+    from loader.mixture.dataset import CombinedStreamingDataset, MixedDataset
     from loader.plan import PlanSpec
-    from loader.rows import RunPosition, StepRows, rows_at_step
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
-    from loader.watchdog import DataWaitTimeout
+    from loader.tools.rows import RunPosition, StepRows, rows_at_step
+    from loader.workers.watchdog import DataWaitTimeout
 
 _EXPORTS = {
-    "CombinedStreamingDataset": "loader.mixture",
-    "MixedDataset": "loader.mixture",
-    "DataWaitTimeout": "loader.watchdog",
+    "CombinedStreamingDataset": "loader.mixture.dataset",
+    "MixedDataset": "loader.mixture.dataset",
+    "DataWaitTimeout": "loader.workers.watchdog",
     "PinnedVersionGoneError": "loader.sources.base",
     "PlanSpec": "loader.plan",
-    "RunPosition": "loader.rows",
-    "StepRows": "loader.rows",
+    "RunPosition": "loader.tools.rows",
+    "StepRows": "loader.tools.rows",
     "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
     "owned_splits": "loader.layout",
-    "rows_at_step": "loader.rows",
+    "rows_at_step": "loader.tools.rows",
     "supported_world_sizes": "loader.layout",
 }
 

@@ -31,10 +31,10 @@ from typing import Any, Protocol
 import orjson
 
 from loader import checkpoint_io as io
-from loader import reporter
 from loader.checkpoint_io import MAX_FILE_BYTES, SUFFIX, CheckpointError, Location
 from loader.state import FORMAT as STATE_FORMAT
 from loader.state import KEY_EPOCH, KEY_STEP, StateError, check_state, check_version, is_count
+from loader.telemetry import reporter
 
 __all__ = [
     "DEFAULT_FOLDER",

@@ -12,22 +12,23 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from loader import args, reporter
+from loader import args, batching
 from loader.dataset import StreamingDataset
 from loader.layout import owned_splits, slice_bounds
-from loader.mainguard import check_main_guard
-from loader.mixture import MixedDataset
-from loader.prefetch import auto_reads_in_flight, map_ahead
+from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
-from loader.readable import Position, Readable, Stream, check_fits, tell_mixture
-from loader.stacks import StackDumps
-from loader.watchdog import (
+from loader.read.prefetch import auto_reads_in_flight, map_ahead
+from loader.readable import Position, Readable, Stream, tell_mixture
+from loader.telemetry import reporter
+from loader.workers.context import clean_worker_context
+from loader.workers.mainguard import check_main_guard
+from loader.workers.stacks import StackDumps
+from loader.workers.watchdog import (
     DEFAULT_DATA_TIMEOUT_S,
     DataWaitTimeout,
     WorkerPids,
@@ -37,31 +38,7 @@ from loader.watchdog import (
 
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
-READ_ROWS = 8192  # units per read by default: rows ...
-READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
-_DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
-_PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
-_IN_ORDER = (
-    "in_order=False hands out batches in the order workers finish them, so on several ranks "
-    "global batch t would mix different steps of different ranks (and each rank's state would "
-    "differ); it is supported on one rank (world_size=1), where the state holds the batches "
-    "handed out ahead of the others. On several ranks keep in_order=True (the default) and "
-    "raise num_workers/prefetch_factor for throughput"
-)
-
-
-def _clean_worker_context() -> BaseContext:
-    """Forkserver, preloaded with the reader's imports and warm kernels: workers start fast
-    and clean.
-
-    A plain fork copies a parent whose Lance runtime has live threads (it opened and read
-    the table); that child can crash or deadlock. Forkserver children fork from a process
-    that imported Lance but never ran it, and that has the plan kernels loaded already.
-    Pass multiprocessing_context="fork" to opt out.
-    """
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["loader.reader", "lance", "loader.kernels.warm"])
-    return context
+_DEFAULT_BATCH = batching.DEFAULT_BATCH
 
 
 def _pinned(batch: Any) -> Any:
@@ -131,21 +108,6 @@ class _BatchReads(Dataset[_TaskRead]):
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
 
 
-def pending_tasks(stream: Stream, progress: Position, per_read: int) -> Iterator[Any]:
-    """The stream's tasks of up to `per_read` batches, leaving out batches already handed
-    out (ahead of the others, with in_order=False)."""
-    index = 0
-    while index < stream.num_batches:
-        if progress.handed_out(index):
-            index += 1
-            continue
-        stop = index + 1
-        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
-            stop += 1
-        yield stream.task(index, stop - index)
-        index = stop
-
-
 class _TaskSampler(Sampler[Any]):
     """Yields the tasks of the current stream (main process only). It refers to the
     progress, not the loader, so a loader is freed as soon as it is dropped."""
@@ -158,7 +120,7 @@ class _TaskSampler(Sampler[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
-        return pending_tasks(self.stream, self._progress, self.batches_per_read)
+        return batching.pending_tasks(self.stream, self._progress, self.batches_per_read)
 
     def __len__(self) -> int:
         return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
@@ -242,17 +204,17 @@ class StreamingDataLoader(DataLoader[Any]):
         in_flight_name, reads_in_flight = args.renamed(
             "reads_in_flight", reads_in_flight, "read_ahead", kwargs
         )
-        shuffle = _check_torch_kwargs(dataset, shuffle, kwargs)
+        shuffle = batching.check_torch_kwargs(dataset, shuffle, kwargs)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
-        self._batching = _batching(dataset, batch_size, global_batch_size, drop_last)
+        self._batching = batching.batching_of(dataset, batch_size, global_batch_size, drop_last)
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
             reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
-            read_size = _default_read_size(dataset.units.tokens_per_unit)
+            read_size = batching.default_read_size(dataset.units.tokens_per_unit)
         read_size = args.integer("read_size", read_size, 1)
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
@@ -262,7 +224,7 @@ class StreamingDataLoader(DataLoader[Any]):
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
         kwargs.setdefault("collate_fn", _as_is)
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
-            kwargs["multiprocessing_context"] = _clean_worker_context()
+            kwargs["multiprocessing_context"] = clean_worker_context()
         self._stacks = StackDumps()  # where workers write their stacks when a wait times out
         kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
@@ -384,7 +346,7 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.reads_in_flight < 1:
             reads: Iterator[Sequence[Any]] = super().__iter__()
         else:
-            tasks = pending_tasks(stream, self.progress, self.batches_per_read)
+            tasks = batching.pending_tasks(stream, self.progress, self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
                 reads = (_pinned_read(read) for read in reads)
@@ -462,59 +424,3 @@ class StreamingDataLoader(DataLoader[Any]):
         so their last second of telemetry would be lost.
         """
         self._telemetry.close()
-
-
-def _default_read_size(tokens_per_unit: int | None) -> int:
-    """Units per read when the user gives none: 8192 rows, or about 2**18 tokens of blocks
-    (128 of 2048; a read of 8192 such blocks would allocate ~0.5 GB of fields at once, and
-    reads of 512 measured ~1.6x slower per token than reads of 128)."""
-    if tokens_per_unit is None:
-        return READ_ROWS
-    return max(1, READ_TOKENS // tokens_per_unit)
-
-
-def _batching(
-    dataset: Readable,
-    batch_size: int | None,
-    global_batch_size: int | None,
-    drop_last: bool,
-) -> Batching:
-    """The loader's batching from batch_size (per rank) or global_batch_size (G), checked
-    against the dataset's layout (`loader.layout` says which world sizes fit)."""
-    drop_last = args.boolean("drop_last", drop_last)
-    world = dataset.world_size
-    if global_batch_size is None:
-        batch_size = args.integer(
-            "batch_size", 1 if batch_size is _DEFAULT_BATCH else batch_size, 1
-        )
-        check_fits(dataset, world, batch_size * world)
-        return Batching(batch_size, drop_last)
-    global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
-    if batch_size is not _DEFAULT_BATCH:
-        batch_size = args.integer("batch_size", batch_size, 1)
-        if batch_size * world != global_batch_size:
-            raise ValueError(
-                f"batch_size={batch_size} on world_size={world} makes a global batch of "
-                f"{batch_size * world}, not global_batch_size={global_batch_size}; pass one "
-                f"of them"
-            )
-    check_fits(dataset, world, global_batch_size)
-    return Batching(None, drop_last, global_batch_size)
-
-
-def _check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) -> bool | None:
-    """Accept torch/LitData arguments that agree with the plan, refuse those that do not;
-    the `shuffle` to apply (as LitData: see `StreamingDataset.use_shuffle`)."""
-    planned = [k for k in _PLANNED if kwargs.get(k) is not None]
-    if planned:
-        raise ValueError(
-            f"{planned} are decided by the plan (shuffle=/shuffle_seed= on the dataset); "
-            f"remove them"
-        )
-    for key in _PLANNED:
-        kwargs.pop(key, None)
-    if kwargs.get("in_order", True) is not True and dataset.world_size > 1:
-        raise ValueError(_IN_ORDER)
-    if kwargs.get("in_order", True) is not True and isinstance(dataset, MixedDataset):
-        raise ValueError("in_order=False: a mixture's batches are recorded in order")
-    return None if shuffle is None else args.boolean("shuffle", shuffle)

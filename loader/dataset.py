@@ -22,7 +22,7 @@ from loader.layout import owned_splits
 from loader.packing import PACKED_CLUMP, PackedTokens, pack_spec
 from loader.plan import PlanSpec, ShuffleRequest
 from loader.progress import ROWS, Batching, Progress
-from loader.reader import ON_ERROR, OnError
+from loader.read.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
 from loader.units import BlockUnits, UnitRequest, Units
@@ -334,7 +334,7 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         st.check_state(state)
         if state[st.KEY_FORMAT] != st.FORMAT:
             raise ValueError(
-                "this is a mixture's state (format elastic-loader/mixture): load it into the "
+                "this is a mixture's state (format elastic-loader/mixture/dataset): load it into the "
                 "MixedDataset, or its part state['sources'][k] into dataset k"
             )
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed

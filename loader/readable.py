@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeAlias
 
 from loader.dataset import StreamingDataset
 from loader.layout import check_world_size
-from loader.mixture import MixedDataset
+from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
 
 Readable: TypeAlias = StreamingDataset | MixedDataset
@@ -31,7 +31,7 @@ class Stream(Protocol):
 
 class Position(Protocol):
     """Where a rank is: streams start here and record what reached the training loop
-    (`loader.progress.Progress` for a dataset, `loader.mixstream.MixProgress` for a mixture)."""
+    (`loader.progress.Progress` for a dataset, `loader.mixture.stream.MixProgress` for a mixture)."""
 
     step: int
     skips: list[tuple[int, int]]

@@ -20,7 +20,7 @@ from loader.storage import has_scheme
 
 FORMAT = "elastic-loader/state"
 FORMAT_VERSION = 1
-MIXTURE_FORMAT = "elastic-loader/mixture"  # loader.mixture_state checks those
+MIXTURE_FORMAT = "elastic-loader/mixture/dataset"  # loader.mixture.state checks those
 
 KEY_FORMAT = "format"
 KEY_FORMAT_VERSION = "format_version"
@@ -168,7 +168,7 @@ def check_state(state: Any) -> None:
     if not isinstance(state, dict):
         raise StateError(None, f"must be a dict, got {type(state).__name__}")
     if state.get(KEY_FORMAT) == MIXTURE_FORMAT:  # a mixture of datasets: its own checks
-        from loader.mixture_state import check_mixture_state
+        from loader.mixture.state import check_mixture_state
 
         check_mixture_state(state)
         return

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from loader import state as st
 from loader.packing import PackedTokens, PackSpec, blocks_of_state, packing_state, token_lengths
 from loader.plan import PlanSpec
-from loader.reader import BatchReader, OnError
+from loader.read.reader import BatchReader, OnError
 from loader.sources import ResolvedSource
 
 
@@ -120,7 +120,7 @@ class UnitRequest:
         lengths once per version, unless `lengths` are the same version's already)."""
         if self.pack is None:
             return RowUnits(plan, BatchReader(resolved, plan, self.transform, self.on_error))
-        from loader.packed_reader import PackedReader
+        from loader.read.packed_reader import PackedReader
 
         if lengths is None:  # the one-off pass, per version
             lengths = token_lengths(resolved, self.pack.column)

@@ -1,6 +1,6 @@
 """The telemetry wire format's names, defined once for the client and the collector.
 
-Standard library only: `loader/telemetry.py` sends with these names and
+Standard library only: `loader/telemetry/client.py` sends with these names and
 `dashboard/collector` validates and stores with them, so the two cannot drift apart, and the
 loader never imports the dashboard.
 """

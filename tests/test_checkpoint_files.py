@@ -38,7 +38,7 @@ def test_only_regular_files_are_read(tmp_path: Path, kind: str) -> None:
         expected = "is a character device (a link to /dev/zero), not a regular file"
     for command in (
         [sys.executable, "-c", _LOAD_IN_CHILD, str(path)],
-        [sys.executable, "-m", "loader.cli", "inspect", str(path)],
+        [sys.executable, "-m", "loader.tools.cli", "inspect", str(path)],
     ):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert f"checkpoint {path}: {expected}" in done.stdout + done.stderr

@@ -13,9 +13,9 @@ import pytest
 
 from loader import checkpoint
 from loader.checkpoint import CheckpointError, latest, load, save
-from loader.cli import main as cli_main
 from loader.storage import redact, s3_filesystem_args
 from loader.storage.locations import S3
+from loader.tools.cli import main as cli_main
 from tests.object_store import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.test_checkpoint import make_state
 

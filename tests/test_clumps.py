@@ -1,4 +1,4 @@
-"""Whole-unit reads of packed tokens (loader/clumps.py): the same batches as one sorted take
+"""Whole-unit reads of packed tokens (loader/read/clumps.py): the same batches as one sorted take
 of exactly the documents, each unit read once per process, and the packed clump default."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.clumps import ReadUnits, UnitCache, gather, read_units, split_units
-from loader.packed_reader import PackedReader
 from loader.packing import PACKED_CLUMP
+from loader.read.clumps import ReadUnits, UnitCache, gather, read_units, split_units
+from loader.read.packed_reader import PackedReader
 from tests.test_packing import token_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "packed-state-before-clump-default.json"

@@ -34,8 +34,8 @@ from dashboard.collector.main import create_app
 from dashboard.launch import run_dashboard, start_dashboard
 from dashboard.placement import RankRate, owners, stragglers
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
-from loader import cli
 from loader.layout import owned_splits, supported_world_sizes
+from loader.tools import cli
 from tests.collector_api import JSON, LOCAL, collector_client, dump, post
 from tests.net import free_port, get_bytes, get_json
 
@@ -261,7 +261,7 @@ def test_cli_refuses_a_public_bind_without_token(
 def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     """`elastic-loader dashboard` prints its URLs, serves both parts, exits 0 on SIGTERM."""
     port, ui_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "loader.cli", "dashboard", "--port", str(port)]
+    cmd = [sys.executable, "-m", "loader.tools.cli", "dashboard", "--port", str(port)]
     cmd += ["--ui-port", str(ui_port), "--db", str(tmp_path / "cli.db")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
@@ -322,7 +322,7 @@ def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_loader_does_not_import_the_dashboard() -> None:
     """Issue #11.4: `loader` (CLI and telemetry included) imports nothing from `dashboard`."""
-    code = "import sys, loader.cli, loader.telemetry, loader.wire; "
+    code = "import sys, loader.tools.cli, loader.telemetry.client, loader.wire; "
     code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dashboard'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -355,7 +355,7 @@ def test_a_missing_dashboard_is_a_clear_error(
 @pytest.mark.slow
 def test_the_dashboard_command_is_forwarded() -> None:
     """`elastic-loader dashboard ARGS` runs the dashboard's own entry point with ARGS."""
-    for cmd in (["loader.cli", "dashboard"], ["dashboard.launch"]):
+    for cmd in (["loader.tools.cli", "dashboard"], ["dashboard.launch"]):
         out = subprocess.run(
             [sys.executable, "-m", *cmd, "--help"], capture_output=True, text=True, check=True
         )

@@ -32,7 +32,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from dashboard.launch import start_dashboard
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from loader.layout import owned_splits
-from loader.telemetry import TelemetryClient
+from loader.telemetry.client import TelemetryClient
 from tests.net import wait_until
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)

@@ -9,8 +9,8 @@ import pytest
 
 from loader import checkpoint
 from loader.checkpoint import save
-from loader.cli import main as cli_main
-from loader.inspect import print_inspect
+from loader.tools.cli import main as cli_main
+from loader.tools.inspect import print_inspect
 from tests.test_checkpoint import make_state
 
 

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 import torch
 
-from loader import StreamingDataLoader, StreamingDataset, convert
-from loader.reader import BatchReader
+from loader import StreamingDataLoader, StreamingDataset
+from loader.read import convert
+from loader.read.reader import BatchReader
 from loader.sources.lance import LanceRows
 from tests.batches import ids
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
-from loader.inspect import format_inspect
-from loader.mixture import CombinedStreamingDataset, MixedDataset
+from loader.mixture.dataset import CombinedStreamingDataset, MixedDataset
+from loader.tools.inspect import format_inspect
 from tests.tables import lancedb_table, make_rows
 
 G = 12
@@ -230,7 +230,7 @@ def test_packed_mixture_is_token_exact_across_a_resize() -> None:
 
 
 def test_plan_command_for_a_mixture(capsys: pytest.CaptureFixture[str]) -> None:
-    from loader.cli import main
+    from loader.tools.cli import main
 
     specs = ["--mixture", "web=120/4@3", "--mixture", "code=45/3@1"]
     assert main(["plan", *specs, "--global-batch", "12"]) == 0

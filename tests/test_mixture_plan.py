@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from loader.kernels.mix import _mix_counts
 from loader.layout import slice_bounds
-from loader.mixplan import (
+from loader.mixture.plan import (
     ALL_PASSES,
     FIRST_PASS,
     MixPlan,
@@ -27,7 +27,7 @@ from loader.mixplan import (
     Weights,
     pass_of,
 )
-from loader.mixstream import MixStream
+from loader.mixture.stream import MixStream
 from loader.stream import task_order_indices
 from loader.world import World
 from tests import reference
@@ -246,7 +246,7 @@ def test_naive_step_rounding_would_take_rows_back() -> None:
 
 
 def test_weights_by_size_fit_the_kernel_for_billions_of_rows() -> None:
-    from loader.mixture import by_size
+    from loader.mixture.dataset import by_size
 
     assert Weights.of(by_size([60_000, 30_000, 10_000]), 3).shares == (6, 3, 1)
     big = Weights.of(by_size([3_000_000_000, 1_000_000_000, 7, 0]), 4)

@@ -11,7 +11,7 @@ import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.checkpoint import CheckpointError, encode, load, save
-from loader.inspect import format_inspect
+from loader.tools.inspect import format_inspect
 
 EOS = -1
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from loader import StreamingDataLoader, StreamingDataset
 from loader.checkpoint import load, save
 from loader.kernels.ragged import _pack_blocks
-from loader.packed_reader import IGNORE_INDEX, block_documents, cu_seqlens
 from loader.packing import EpochBlocks
+from loader.read.packed_reader import IGNORE_INDEX, block_documents, cu_seqlens
 from tests import reference
 
 EOS, PAD = -1, -2
@@ -290,8 +290,8 @@ def test_progress_telemetry_carries_tokens() -> None:
     """The loader's snapshot (what progress events carry) counts tokens when packing, and the
     collector's schema accepts the field."""
     from dashboard.collector.models import EventIn
-    from loader.reporter import position_of
-    from loader.telemetry import position_fields
+    from loader.telemetry.client import position_fields
+    from loader.telemetry.reporter import position_of
 
     loader = loaders(token_table([9] * 16), 1, 2, num_splits=2, pack_sequences=4)[0]
     take(loader, 3)
@@ -378,7 +378,7 @@ def test_a_filter_packs_only_the_documents_it_keeps(tmp_path: Path) -> None:
 def test_inspect_labels_a_packed_state_in_documents_and_tokens(tmp_path: Path) -> None:
     """A packed state's cursors count documents and its `skipped` counts blocks: inspect
     says so (and the tokens into the next documents), never "rows"."""
-    from loader.inspect import format_inspect
+    from loader.tools.inspect import format_inspect
 
     loader = loaders(token_table([13] * 40), 1, 2, num_splits=4, pack_sequences=8)[0]
     take(loader, 5)

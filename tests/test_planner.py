@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loader.cli import main
 from loader.layout import check_world_size, supported_world_sizes
-from loader.planner import plan_report
+from loader.tools.cli import main
+from loader.tools.planner import plan_report
 
 
 def test_plan_command_reports_splits_drops_world_sizes_and_batches(
@@ -71,7 +71,7 @@ def test_report_matches_the_loaders_divisibility_check() -> None:
 @pytest.mark.slow
 def test_console_script_is_installed() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "loader.cli", "plan", "--rows", "96", "--num-splits", "8"],
+        [sys.executable, "-m", "loader.tools.cli", "plan", "--rows", "96", "--num-splits", "8"],
         capture_output=True,
         text=True,
         check=True,
@@ -138,7 +138,7 @@ def test_the_dashboard_planner_page_shows_the_same_answer_without_torch() -> Non
 
 def _plan(args: str) -> subprocess.CompletedProcess[str]:
     """The CLI in a child with a deadline: absurd sizes used to loop for minutes."""
-    command = [sys.executable, "-m", "loader.cli", "plan", *args.split()]
+    command = [sys.executable, "-m", "loader.tools.cli", "plan", *args.split()]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.prefetch import MIN_ROWS_PER_PART, auto_reads_in_flight, parts_of
+from loader.read.prefetch import MIN_ROWS_PER_PART, auto_reads_in_flight, parts_of
 from loader.sources import SourceSpec
 from tests.batches import ids
 from tests.netproxy import FaultProxy, Faults

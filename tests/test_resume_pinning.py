@@ -23,9 +23,9 @@ import torch
 
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
 from loader.checkpoint import CheckpointError, restore
-from loader.inspect import print_inspect
 from loader.sources import PinnedVersionGoneError
 from loader.sources.arrow import legacy_table_fingerprint
+from loader.tools.inspect import print_inspect
 from tests.batches import flat_ids
 
 NUM_ROWS, NUM_SPLITS, BATCH, BATCHES_BEFORE = 1200, 8, 32, 9

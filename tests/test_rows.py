@@ -19,10 +19,10 @@ from loader import (
     StreamingDataLoader,
     StreamingDataset,
     checkpoint,
-    cli,
     rows_at_step,
 )
 from loader.stream import Batching
+from loader.tools import cli
 
 N, S, SEED = 2400, 8, 5
 

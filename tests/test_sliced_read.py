@@ -1,4 +1,4 @@
-"""A read's batches hand off as its whole columns (loader.reader.SlicedRead): a worker pickles
+"""A read's batches hand off as its whole columns (loader.read.reader.SlicedRead): a worker pickles
 one tensor per column, not one per column and batch, and the batches are the same."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.reader import SlicedRead
+from loader.read.reader import SlicedRead
 
 
 class TensorCounter(pickle.Pickler):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.retry import ReadPolicy, with_retries
+from loader.read.retry import ReadPolicy, with_retries
 from loader.storage import (
     ObjectPath,
     SourceUnreachableError,

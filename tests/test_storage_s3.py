@@ -18,8 +18,8 @@ from pyarrow import fs
 
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
 from loader.checkpoint import CheckpointError
-from loader.cli import main as cli_main
 from loader.sources import SourceUnreachableError
+from loader.tools.cli import main as cli_main
 from tests.netproxy import FaultProxy, Faults, http_response
 from tests.object_store import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.tables import make_rows

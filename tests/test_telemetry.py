@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dashboard.launch import DashboardHandle, start_dashboard
-from loader.telemetry import TelemetryClient, TelemetryWarning, event_value
+from loader.telemetry.client import TelemetryClient, TelemetryWarning, event_value
 from tests.net import get_json, serving, wait_until
 
 STATIC: dict[str, Any] = {
@@ -129,7 +129,7 @@ def test_the_queue_is_bounded(silent_port: int) -> None:
         assert client.sent == 0 and client.dropped >= 1000  # every event (and tick) dropped
 
 
-@pytest.mark.filterwarnings("ignore::loader.telemetry.TelemetryWarning")
+@pytest.mark.filterwarnings("ignore::loader.telemetry.client.TelemetryWarning")
 def test_settings_come_from_arguments_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ELASTIC_LOADER_TELEMETRY", "ELASTIC_LOADER_RUN_ID", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
@@ -257,7 +257,7 @@ def test_close_sends_a_closed_event(collector: DashboardHandle) -> None:
 
 EXITING_RANK = """
 import sys
-from loader.telemetry import TelemetryClient
+from loader.telemetry.client import TelemetryClient
 static = {static!r}
 for url in sys.argv[2:]:
     TelemetryClient(url, sys.argv[1], static, interval_s=0.05, timeout_s=2.0)

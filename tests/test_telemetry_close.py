@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from dashboard.launch import DashboardHandle, start_dashboard
-from loader.telemetry import TelemetryClient
+from loader.telemetry.client import TelemetryClient
 from tests.net import get_json, serving, wait_until
 
 STATIC: dict[str, Any] = {"rank": 0, "world_size": 1, "num_splits": 4, "rows_per_split": 10}
@@ -109,7 +109,7 @@ class _Refusing(_Flaky):
 
 UNCAUGHT = """
 import sys
-from loader.telemetry import TelemetryClient
+from loader.telemetry.client import TelemetryClient
 client = TelemetryClient(sys.argv[1], "uncaught", {static!r}, interval_s=60, timeout_s=5)
 raise ValueError("the secret message stays on this host")
 """

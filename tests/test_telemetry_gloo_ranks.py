@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 from dashboard.launch import start_collector_process
 from loader import StreamingDataLoader, StreamingDataset
 from loader.layout import owned_splits
-from loader.telemetry import TelemetryWarning
+from loader.telemetry.client import TelemetryWarning
 from tests.net import free_port, get_json, wait_until
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.convert import Ragged, table_to_batch
 from loader.kernels.ragged import _ragged_take
+from loader.read.convert import Ragged, table_to_batch
 from tests import reference
 
 ROWS = 97

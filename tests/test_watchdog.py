@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.watchdog import DataWaitTimeout, WaitLimit, wait_limit
+from loader.workers.watchdog import DataWaitTimeout, WaitLimit, wait_limit
 from tests.tables import make_rows
 from tests.test_worker_faults import stop_a_worker
 

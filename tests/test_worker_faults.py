@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset, checkpoint
-from loader.watchdog import process_state
+from loader.workers.watchdog import process_state
 from tests.net import wait_until
 from tests.tables import make_rows
 
@@ -57,7 +57,7 @@ def stop_a_worker(tmp_path: Path, loader_args: str, warm_up: str = "") -> dict[s
         import contextlib, os, signal, time
         import orjson
         from loader import StreamingDataLoader, StreamingDataset
-        from loader.watchdog import DataWaitTimeout
+        from loader.workers.watchdog import DataWaitTimeout
         from tests.tables import make_rows
 
         def main():
@@ -269,7 +269,7 @@ def test_workers_fork_with_the_plan_kernels_already_loaded(arrow_rows: Any) -> N
 def test_which_lines_of_a_script_are_guarded(
     tmp_path: Path, source: str, guarded: set[int]
 ) -> None:
-    from loader.mainguard import _guarded_blocks
+    from loader.workers.mainguard import _guarded_blocks
 
     script = tmp_path / "script.py"
     script.write_text(source)

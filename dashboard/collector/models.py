@@ -70,7 +70,7 @@ And one the store checks against what it holds (409): a run's `num_splits` never
 
 
 class EventIn(BaseModel):
-    """One telemetry event from one rank (see `loader/telemetry.py` for who sends what).
+    """One telemetry event from one rank (see `loader/telemetry/client.py` for who sends what).
 
     Besides each field's type and range, an event must agree with itself: rank < W, W
     ranks can read S splits with the global batch G (`loader.layout.fit_reason`: any

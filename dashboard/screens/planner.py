@@ -1,6 +1,6 @@
 """Planner: before a run, what (rows, S, GPUs, workers, global batch) layouts fit.
 
-The answer is `loader.planner.plan_report`, the one `elastic-loader plan` prints (and its
+The answer is `loader.tools.planner.plan_report`, the one `elastic-loader plan` prints (and its
 `batch_text`, `placement_text` and loss-scale note: the page and the CLI say the same).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from loader.planner import LISTED, LOSS_SCALE_NOTE, batch_text, placement_text, plan_report
+from loader.tools.planner import LISTED, LOSS_SCALE_NOTE, batch_text, placement_text, plan_report
 
 st.header("Planner")
 st.caption(

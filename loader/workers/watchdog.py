@@ -9,7 +9,7 @@ The watchdog is a thread beside the training loop. The loader marks when it star
 waiting for data and when the data arrives; past the limit (`data_timeout_s`, or torch's
 `timeout=` when that is smaller) the watchdog notes which workers are stopped (from /proc),
 writes the Python stacks of the main process and every worker to a file
-(`loader.stacks`), kills the workers (SIGKILL reaches a stopped process) so the blocked
+(`loader.workers.stacks`), kills the workers (SIGKILL reaches a stopped process) so the blocked
 call returns, and the loader raises `DataWaitTimeout` naming them and the file. The rank
 fails and the job restarts from its last checkpoint.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from loader.stacks import StackDumps
+from loader.workers.stacks import StackDumps
 
 DEFAULT_DATA_TIMEOUT_S = 600.0
 

@@ -59,7 +59,7 @@ def format_inspect(
         ),
     ]
     if state[st.KEY_FORMAT] == st.MIXTURE_FORMAT:
-        from loader.inspect_mixture import mixture_rows
+        from loader.tools.inspect_mixture import mixture_rows
 
         rows.extend(mixture_rows(state))
     else:

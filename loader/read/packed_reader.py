@@ -27,12 +27,12 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import get_worker_info
 
-from loader.clumps import Docs, ReadUnits, UnitCache, gather, read_units, split_units
-from loader.convert import ragged_parts, single_array
 from loader.kernels.ragged import PackedArrays, _pack_blocks
 from loader.packing import EpochBlocks, PackedTokens
 from loader.plan import PlanSpec
-from loader.reader import BatchReader, SlicedRead
+from loader.read.clumps import Docs, ReadUnits, UnitCache, gather, read_units, split_units
+from loader.read.convert import ragged_parts, single_array
+from loader.read.reader import BatchReader, SlicedRead
 from loader.sources import ResolvedSource
 from loader.storage import is_object_store
 from loader.stream import BatchTask, task_order_indices

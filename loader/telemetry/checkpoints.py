@@ -2,7 +2,7 @@
 
 Two ways a checkpoint of a loader is written, two ways to notice it:
 
-- `loader.checkpoint.save(state, path)` calls `loader.reporter.checkpoint_written(state,
+- `loader.checkpoint.save(state, path)` calls `loader.telemetry.reporter.checkpoint_written(state,
   path)` (a torch-free hook; nothing happens without a loader that has telemetry on). Every
   live loader's reporter of this process whose loader is at `state` — same epoch, same
   cursors of its splits — has `saved_if_mine` send a `checkpoint_saved` event with the
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loader import state as st
-from loader import telemetry
+from loader.telemetry import client as telemetry
 from loader.wire import CHECKPOINT_SAVED
 
 logger = logging.getLogger(__name__)

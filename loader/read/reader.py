@@ -21,10 +21,10 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from torch.utils.data import Dataset, default_collate
 
-from loader.convert import table_to_batch
 from loader.plan import EpochPlan, PlanSpec
-from loader.prefetch import take_in_parts
-from loader.retry import ReadPolicy, with_retries
+from loader.read.convert import table_to_batch
+from loader.read.prefetch import take_in_parts
+from loader.read.retry import ReadPolicy, with_retries
 from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-from loader.telemetry_exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
+from loader.telemetry.exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
 from loader.wire import (
     CLOSE_REASON_CLOSE,
     CLOSE_REASON_ERROR,

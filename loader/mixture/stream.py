@@ -3,7 +3,7 @@
 `MixStream` and `MixProgress` have the interface the loader uses for a single dataset's
 `RankStream` and `Progress` (start, peek, record; tasks, num_batches, global_rows), over a
 `MixPosition` instead of one dataset's cursors. Each step is computed from the position by
-`loader.mixplan`: nothing is replayed, nothing shared with workers but the tasks.
+`loader.mixture.plan`: nothing is replayed, nothing shared with workers but the tasks.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from loader.layout import slice_bounds
-from loader.mixplan import MixPlan, MixPosition, Piece, rank_pieces
+from loader.mixture.plan import MixPlan, MixPosition, Piece, rank_pieces
 from loader.progress import Batching
 from loader.stream import BatchTask
 from loader.world import World

@@ -21,7 +21,7 @@ from loader.layout import rank_shares
 
 if TYPE_CHECKING:
     from loader.dataloader import StreamingDataLoader
-    from loader.telemetry import TelemetryClient
+    from loader.telemetry.client import TelemetryClient
 
 _LIVE: weakref.WeakSet[TelemetryReporter] = weakref.WeakSet()
 
@@ -120,12 +120,12 @@ class TelemetryReporter(Reporter):
         self._event(wire.MIXTURE, epoch=epoch, step=step, global_step=global_step, **facts)
 
     def state_taken(self, state: Mapping[str, Any]) -> None:
-        from loader.telemetry_checkpoints import state_taken
+        from loader.telemetry.checkpoints import state_taken
 
         state_taken(self._client, state)
 
     def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-        from loader.telemetry_checkpoints import saved_if_mine
+        from loader.telemetry.checkpoints import saved_if_mine
 
         saved_if_mine(self._client, state, path)
 
@@ -140,7 +140,7 @@ def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
     """What `progress` events say of a loader's position: epoch, steps, its splits and their
     cursors, and what the units add (packed data: tokens of its part of each split, a
     shared one in part: `rank_shares`)."""
-    from loader.mixture import MixedDataset
+    from loader.mixture.dataset import MixedDataset
 
     ds = loader.streaming_dataset
     if isinstance(ds, MixedDataset):  # per dataset, not per split: `mixture` events
@@ -169,7 +169,7 @@ def connect(
     """The loader's reporter: to the collector at `url` (or the environment's), else none.
     A bad `total_epochs` / `total_steps` is a ValueError naming it, telemetry on or off."""
     from loader.readable import placed_as
-    from loader.telemetry import TelemetryClient, job_length
+    from loader.telemetry.client import TelemetryClient, job_length
 
     ds = loader.streaming_dataset
     static = {

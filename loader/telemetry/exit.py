@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from loader.wire import CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
 
 if TYPE_CHECKING:
-    from loader.telemetry import TelemetryClient
+    from loader.telemetry.client import TelemetryClient
 
 # At a process's end, all clients together wait at most this long for their last send.
 EXIT_BUDGET_S = 2.0

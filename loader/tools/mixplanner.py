@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from loader.mixplan import (
+from loader.mixture.plan import (
     ALL_PASSES,
     FIRST_PASS,
     MixPlan,

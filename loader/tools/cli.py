@@ -48,7 +48,7 @@ def _storage_option(text: str) -> tuple[str, str]:
 
 
 def _mix_spec(text: str) -> object:
-    from loader.mixplanner import parse_spec  # imported only when a mixture is planned
+    from loader.tools.mixplanner import parse_spec  # imported only when a mixture is planned
 
     return parse_spec(text)
 
@@ -163,11 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dashboard(argv[1:])
     args = _build_parser().parse_args(argv)
     if args.command == "plan":
-        from loader.planner import print_plan
+        from loader.tools.planner import print_plan
 
         try:
             if args.mixture:
-                from loader.mixplanner import print_mixture_plan
+                from loader.tools.mixplanner import print_mixture_plan
 
                 return print_mixture_plan(args.mixture, args.global_batch, args.iterate_over_all)
             if args.rows is None or args.num_splits is None:
@@ -183,11 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"elastic-loader plan: error: {exc}", file=sys.stderr)
             return 2
     if args.command == "inspect":
-        from loader.inspect import print_inspect
+        from loader.tools.inspect import print_inspect
 
         return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
     if args.command == "rows":
-        from loader.rows import print_rows
+        from loader.tools.rows import print_rows
 
         return print_rows(args)
     return _dashboard(args.args)

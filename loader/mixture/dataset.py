@@ -1,7 +1,7 @@
 """MixedDataset: several StreamingDatasets read at set proportions, exactly resumable on any W.
 
 Each dataset keeps its own source, filter, columns and plan; the mixture decides only how
-many rows of each a global step holds (`loader.mixplan`) and goes into StreamingDataLoader
+many rows of each a global step holds (`loader.mixture.plan`) and goes into StreamingDataLoader
 like a dataset. Batches carry a `source` tensor (the dataset's index in `names`, per row or
 packed block). See docs/mixtures.md for the epoch, the state and changing weights at a resume.
 """
@@ -15,10 +15,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from loader import args
-from loader import mixture_state as ms
 from loader import state as st
 from loader.dataset import StreamingDataset
-from loader.mixplan import (
+from loader.mixture import state as ms
+from loader.mixture.plan import (
     ALL_PASSES,
     FIRST_PASS,
     MixPlan,
@@ -28,8 +28,8 @@ from loader.mixplan import (
     longest_pass,
     pass_of,
 )
-from loader.mixreader import SOURCE_FIELD, MixReader
-from loader.mixstream import MixProgress
+from loader.mixture.reader import SOURCE_FIELD, MixReader
+from loader.mixture.stream import MixProgress
 from loader.plan import PlanSpec
 from loader.progress import Batching
 from loader.sources import ResolvedSource, SourceSpec, is_remote

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from loader import mixture_state as ms
 from loader import state as st
+from loader.mixture import state as ms
 
 
 def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     """Rows for a checked mixture state (`check_mixture_state` has passed)."""
-    from loader.inspect import _plan_rows, _source_rows
+    from loader.tools.inspect import _plan_rows, _source_rows
 
     names, weights = state[ms.KEY_NAMES], state[ms.KEY_WEIGHTS]
     rule = state[ms.KEY_EPOCH_RULE]

@@ -11,9 +11,9 @@ import pyarrow as pa
 import torch
 from numpy.typing import NDArray
 
-from loader.convert import Ragged, column_to_numpy, table_to_batch
-from loader.mixstream import MixTask
-from loader.reader import BatchReader, SlicedRead, cut_columns
+from loader.mixture.stream import MixTask
+from loader.read.convert import Ragged, column_to_numpy, table_to_batch
+from loader.read.reader import BatchReader, SlicedRead, cut_columns
 
 SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
 
