@@ -24,6 +24,11 @@ class CollectorError(RuntimeError):
     """The collector could not be reached or refused the request."""
 
 
+def settings_from_env() -> tuple[str, str | None]:
+    """The collector's URL and token, as the environment gives them."""
+    return os.environ.get(ENV_API, "http://127.0.0.1:8765"), os.environ.get(ENV_API_TOKEN)
+
+
 class CollectorClient:
     """Read-only access to one collector's JSON API."""
 
@@ -37,7 +42,7 @@ class CollectorClient:
 
     @classmethod
     def from_env(cls) -> CollectorClient:
-        return cls(os.environ.get(ENV_API, "http://127.0.0.1:8765"), os.environ.get(ENV_API_TOKEN))
+        return cls(*settings_from_env())
 
     def get(self, path: str, **params: Any) -> Any:
         query = {k: v for k, v in params.items() if v is not None}

@@ -16,16 +16,22 @@ import altair as alt
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboard.client import CollectorClient, CollectorError
+from dashboard.client import CollectorClient, CollectorError, settings_from_env
 
 REFRESH = "1s"
 RUN = "run"  # the URL's query parameter
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
 
 
-@st.cache_resource
 def client() -> CollectorClient:
-    return CollectorClient.from_env()
+    """The client of the environment's collector: one per (URL, token), so a process
+    that serves pages for another collector later (tests, a changed setting) reads that one."""
+    return _client(*settings_from_env())
+
+
+@st.cache_resource
+def _client(url: str, token: str | None) -> CollectorClient:
+    return CollectorClient(url, token)
 
 
 def plain(text: Any) -> str:
