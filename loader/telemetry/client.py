@@ -50,20 +50,33 @@ from typing import Any
 import orjson
 
 from loader.telemetry.exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
+from loader.telemetry.settings import (
+    ENV_RUN_ID,
+    ENV_TOKEN,
+    ENV_URL,
+    check_env,
+    check_run_id,
+    check_url,
+    default_run_id,
+    job_length,
+)
 from loader.wire import (
     CLOSE_REASON_CLOSE,
     CLOSE_REASON_ERROR,
     CLOSED,
     INGEST_PATH,
     PROGRESS,
-    RUN_ID,
 )
 
-__all__ = ["ENV_RUN_ID", "ENV_TOKEN", "ENV_URL", "TelemetryClient", "TelemetryWarning"]
-
-ENV_URL = "ELASTIC_LOADER_TELEMETRY"
-ENV_RUN_ID = "ELASTIC_LOADER_RUN_ID"
-ENV_TOKEN = "ELASTIC_LOADER_TELEMETRY_TOKEN"
+__all__ = [
+    "ENV_RUN_ID",
+    "ENV_TOKEN",
+    "ENV_URL",
+    "TelemetryClient",
+    "TelemetryWarning",
+    "check_url",
+    "job_length",
+]
 
 STATIC_KEYS = (
     "host",
@@ -88,32 +101,8 @@ Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
 
 
-def job_length(total_epochs: int | None, total_steps: int | None) -> dict[str, int]:
-    """The static fields for a job's stated length; a bad value is a ValueError naming it."""
-    out = {}
-    for name, value in (("total_epochs", total_epochs), ("total_steps", total_steps)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"{name} must be a positive int (how many the job will run), got {value!r}"
-            )
-        out[name] = value
-    return out
-
-
 class TelemetryWarning(RuntimeWarning):
     """Issued once per client when events start being dropped; filter it to silence it."""
-
-
-def _default_run_id(static: Mapping[str, Any]) -> str:
-    """One id that every torchrun rank of a job computes alike, without talking."""
-    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    if elastic and elastic != "none":
-        return elastic
-    port = os.environ.get("MASTER_PORT")
-    host = os.environ.get("MASTER_ADDR") or str(static.get("host") or socket.gethostname())
-    return f"{host}-{port}" if port else f"{host}-{os.getpid()}"
 
 
 def event_value(value: Any) -> Any:
@@ -154,49 +143,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         )
 
 
-def check_url(url: str) -> str:
-    """The collector's base URL without a trailing '/', or a ValueError saying what is wrong."""
-    why = ""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port  # raises for a port that is not a number in 0-65535
-        if parts.scheme not in ("http", "https"):
-            why = f"scheme {parts.scheme!r} is not http or https"
-        elif not parts.hostname:
-            why = "it names no host"
-        elif port == 0:
-            why = "port 0 cannot be connected to"
-        elif parts.query or parts.fragment:
-            why = "it has a query or fragment"
-    except ValueError as exc:
-        why = str(exc)
-    if why:
-        raise ValueError(
-            f"Invalid telemetry URL {url!r}: {why}; give the collector's address, "
-            "e.g. telemetry='http://127.0.0.1:8765' or ELASTIC_LOADER_TELEMETRY=http://node0:8765"
-        )
-    return url.rstrip("/")
-
-
-def _check_env(from_env: Mapping[str, bool], url: str, run_id: str) -> None:
-    """ValueError naming the environment variable whose value the client would refuse."""
-    for name, value, check in ((ENV_URL, url, check_url), (ENV_RUN_ID, run_id, _check_run_id)):
-        if from_env[name] and os.environ.get(name):
-            try:
-                check(value)
-            except ValueError as exc:
-                raise ValueError(f"${name}={value!r} is refused ({exc})") from None
-
-
-def _check_run_id(run_id: str) -> str:
-    if not RUN_ID.fullmatch(run_id):
-        raise ValueError(
-            f"Invalid telemetry run_id {run_id!r}: use 1-128 printable characters "
-            "without '/' (e.g. ELASTIC_LOADER_RUN_ID=llama-run-7)"
-        )
-    return run_id
-
-
 def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
     """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
     out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
@@ -228,7 +174,7 @@ class TelemetryClient:
         timeout_s: float = 1.0,
         max_queue: int = 1024,
     ) -> None:
-        self.run_id = _check_run_id(run_id)
+        self.run_id = check_run_id(run_id)
         self.endpoint = check_url(url) + INGEST_PATH
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
@@ -281,9 +227,9 @@ class TelemetryClient:
         url = url or os.environ.get(ENV_URL) or None
         if url is None:
             return None
-        run_id = run_id or os.environ.get(ENV_RUN_ID) or _default_run_id(static)
+        run_id = run_id or os.environ.get(ENV_RUN_ID) or default_run_id(static)
         try:
-            _check_env(from_env, url, run_id)
+            check_env(from_env, url, run_id)
         except ValueError as exc:
             warnings.warn(
                 f"elastic-loader telemetry is off: {exc}; training continues",

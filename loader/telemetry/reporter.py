@@ -169,7 +169,8 @@ def connect(
     """The loader's reporter: to the collector at `url` (or the environment's), else none.
     A bad `total_epochs` / `total_steps` is a ValueError naming it, telemetry on or off."""
     from loader.readable import placed_as
-    from loader.telemetry.client import TelemetryClient, job_length
+    from loader.telemetry.client import TelemetryClient
+    from loader.telemetry.settings import job_length
 
     ds = loader.streaming_dataset
     static = {
