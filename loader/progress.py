@@ -87,8 +87,8 @@ class Progress:
         self._move(*self.position())
 
     def _stream_batch_size(self) -> int:
-        stream = self._stream
-        return getattr(stream, "batch_size", 0) or getattr(stream, "global_batch", 0)
+        assert self._stream is not None
+        return self._stream.cut
 
     def _move(self, epoch: int, cursors: tuple[int, ...], step: int) -> None:
         self._epoch, self._cursors, self.step = epoch, cursors, step
@@ -129,7 +129,7 @@ class Progress:
         assert self._loaded_ahead is not None
         size, world, ahead = self._loaded_ahead
         self._loaded_ahead = None
-        now = getattr(stream, "batch_size", 0) or getattr(stream, "global_batch", 0)
+        now = stream.cut
         if (size, world) != (now, stream.world_size):
             raise ValueError(
                 f"this position has {len(ahead)} batches handed out ahead of the others "

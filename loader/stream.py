@@ -136,6 +136,12 @@ class RankStream:
     def splits(self) -> range:
         raise NotImplementedError
 
+    @property
+    def cut(self) -> int:
+        """How the stream is cut into batches: rows a rank a batch (split layout) or rows of
+        all ranks a step (step layout); batches of two streams match when this and W do."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class SplitStream(RankStream):
@@ -174,6 +180,10 @@ class SplitStream(RankStream):
     @property
     def splits(self) -> range:
         return owned_splits(self.rank, self.world_size, len(self.start))
+
+    @property
+    def cut(self) -> int:
+        return self.batch_size
 
     def _own_start(self, rank: int) -> NDArray[np.int64]:
         splits = owned_splits(rank, self.world_size, len(self.start))
@@ -248,6 +258,10 @@ class StepStream(RankStream):
     @property
     def splits(self) -> range:
         return owned_splits(self.rank, self.world_size, len(self.start), self.global_batch)
+
+    @property
+    def cut(self) -> int:
+        return self.global_batch
 
     def global_rows(self, index: int) -> int:
         return self.global_batch if index < self._full else self._tail
