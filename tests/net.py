@@ -49,14 +49,19 @@ def http_ok(url: str) -> bool:
 _RAISE: Any = object()
 
 
-def get_bytes(url: str, timeout_s: float = 5.0) -> bytes:
+# A GET's socket timeout: generous, because a loaded 2-core CI machine can hold a loopback
+# answer for seconds; the behaviour under test is never how fast the collector answers.
+GET_TIMEOUT_S = 30.0
+
+
+def get_bytes(url: str, timeout_s: float = GET_TIMEOUT_S) -> bytes:
     """GET `url` (no proxies: everything here is loopback); an HTTP error raises."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=timeout_s) as response:
         return bytes(response.read())
 
 
-def get_json(url: str, timeout_s: float = 5.0, *, otherwise: Any = _RAISE) -> Any:
+def get_json(url: str, timeout_s: float = GET_TIMEOUT_S, *, otherwise: Any = _RAISE) -> Any:
     """GET `url` and parse its JSON. An HTTP error or an unreachable server raises, or
     returns `otherwise` when one is given (for polling until it answers)."""
     try:
