@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loader.layout import fit_reason, is_whole, rank_pieces, uses_steps
+from loader.layout import fit_reason, is_whole, rank_pieces, slice_bounds, uses_steps
 
-__all__ = ["RankRate", "layout_of", "owners", "stragglers"]
+__all__ = ["RankRate", "layout_of", "mixture_layout", "owners", "stragglers"]
 
 
 def layout_of(world_size: int, num_splits: int, global_batch: int | None = None) -> dict[str, Any]:
@@ -45,6 +45,35 @@ def layout_of(world_size: int, num_splits: int, global_batch: int | None = None)
                 owner[piece.split] = rank
     out["shared"] = [{"split": s, "parts": p} for s, p in sorted(parts.items())]
     return out
+
+
+def mixture_layout(facts: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """A mixture's placement from its latest `mixture` event (`facts`, its data): per
+    dataset its weight and splits and, for the global step the event describes, the
+    positions of its rows in that step and which rank reads which of them (rank r reads
+    positions [r·G/W, (r+1)·G/W) of every step: `loader.layout.slice_bounds`). Every rank
+    reads a part of every dataset, so a mixture has no split-to-rank grid. O(K · W)."""
+    names = str(facts.get("names") or "").split(",")
+    weights = str(facts.get("weights") or "").split(",")
+    splits = list(facts.get("dataset_splits") or [])
+    flat = list(facts.get("step_segments") or [])
+    datasets = [
+        {"name": n, "weight": w, "splits": s, "segments": []}
+        for n, w, s in zip(names, weights, splits + [0] * (len(names) - len(splits)), strict=False)
+    ]
+    rows = sum(flat[2::3])
+    slices = [slice_bounds(r, world_size, rows) for r in range(world_size)] if rows else []
+    for k, start, count in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
+        if not 0 <= k < len(datasets):
+            continue  # an event from another mixture: nothing to place
+        stop = start + count
+        parts = [
+            {"rank": r, "start": max(lo, start), "stop": min(hi, stop)}
+            for r, (lo, hi) in enumerate(slices)
+            if max(lo, start) < min(hi, stop)
+        ]
+        datasets[k]["segments"].append({"start": start, "stop": stop, "parts": parts})
+    return {"rows_per_step": rows or None, "datasets": datasets}
 
 
 def rows_per_step(num_splits: int, global_batch: int | None) -> int | None:

@@ -297,7 +297,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 return  # the skip went past this epoch's end
             stream = self.progress.start(self._batching)
             self._task_sampler.stream = stream
-            tell_mixture(self._telemetry, self.streaming_dataset, self.step)
+            tell_mixture(self._telemetry, self.streaming_dataset, self.step, self.global_batch_size)
             if not (yield from self._stream_batches(stream)):
                 return
 
@@ -411,7 +411,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._telemetry.checkpoint_loaded(
             state, self.streaming_dataset.world_size, self.global_step
         )
-        tell_mixture(self._telemetry, self.streaming_dataset, self.step)
+        tell_mixture(self._telemetry, self.streaming_dataset, self.step, self.global_batch_size)
 
     def note_checkpoint_saved(self, path: str | None = None) -> None:
         """Tell the dashboard a checkpoint was written (call after saving `state_dict()`)."""

@@ -68,7 +68,11 @@ def placed_as(dataset: Readable, global_batch: int) -> dict[str, int]:
     return {"num_splits": dataset.num_splits, "rows_per_split": dataset.rows_per_split}
 
 
-def tell_mixture(reporter: Any, dataset: Readable, step: int) -> None:
-    """A mixture's weights and per-dataset progress, for the dashboard's Timeline."""
+def tell_mixture(
+    reporter: Any, dataset: Readable, step: int, global_batch: int, live: bool = False
+) -> None:
+    """A mixture's weights, per-dataset progress and the next step's layout, for the
+    dashboard's Timeline (not when `live`), Progress and Placement pages."""
     if isinstance(dataset, MixedDataset):
-        reporter.mixture(dataset.epoch, step, dataset.progress.global_step, dataset.facts())
+        facts = dataset.facts(global_batch)
+        reporter.mixture(dataset.epoch, step, dataset.progress.global_step, facts, live)

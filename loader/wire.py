@@ -29,6 +29,9 @@ STEPS_SKIPPED = "steps_skipped"  # a range of global steps the loader jumps over
 # A mixture's weights and per-dataset progress: at each `for` and each resume (where weights
 # may change). `data`: names, weights (text), phase_start, supplied/passes/tokens per dataset.
 MIXTURE = "mixture"
+# The same data, live: rank 0 of a mixture every few heartbeats while batches flow (the
+# Progress and Placement pages read the latest; not a Timeline milestone).
+MIXTURE_PROGRESS = "mixture_progress"
 # The client's last event: `data = {"reason": CLOSE_REASON_*}` and, for an error, `"error"`
 # (the exception's type name, never its message: messages can carry secrets).
 # A rank that stops sending heartbeats without one crashed (or was killed).

@@ -35,16 +35,16 @@ def _get(url: str) -> Any:
         return orjson.loads(resp.read())
 
 
-def loader(collector: DashboardHandle, rank: int, weights: list[int]) -> StreamingDataLoader:
+def loader(
+    collector: DashboardHandle, rank: int, weights: list[int], run_id: str = "mix-run"
+) -> StreamingDataLoader:
     kw = {"rank": rank, "world_size": 2}
     a = StreamingDataset(pa.table({"id": list(range(60))}), num_splits=3, shuffle_seed=1, **kw)
     b = StreamingDataset(
         pa.table({"id": list(range(100, 120))}), num_splits=2, shuffle_seed=2, **kw
     )
     mix = MixedDataset({"a": a, "b": b}, weights)
-    return StreamingDataLoader(
-        mix, global_batch_size=8, telemetry=collector.api_url, run_id="mix-run"
-    )
+    return StreamingDataLoader(mix, global_batch_size=8, telemetry=collector.api_url, run_id=run_id)
 
 
 def test_weights_and_per_dataset_progress_reach_the_collector(
@@ -101,3 +101,79 @@ def test_the_progress_page_table_of_a_mixture() -> None:
     assert frame.loc["web"].tolist() == ["50.0%", "125", "0", "50.0%"]
     assert frame.loc["code"]["share since the weights took effect"] == "50.0%"
     assert mixture_frame([]) is None
+
+
+PLACEMENT = Path(__file__).parent.parent / "dashboard" / "screens" / "placement.py"
+
+
+def test_the_placement_of_a_mixture_is_the_rows_each_rank_reads(
+    collector: DashboardHandle,
+) -> None:
+    """The Placement page of a mixture: per dataset, the positions of its rows in the step
+    and which rank reads which, equal to the sources of the rows each rank is handed."""
+    ranks = [loader(collector, r, [3, 1], run_id="mix-place") for r in range(2)]
+    first = [next(iter(dl)) for dl in ranks]  # global step 0
+    for dl in ranks:
+        dl.close()
+    url = collector.api_url + "/api/runs/mix-place/placement"
+    deadline = time.monotonic() + 10
+    while (mixture := _get(url).get("mixture")) is None:
+        assert time.monotonic() < deadline, "no mixture placement"
+    assert mixture["global_step"] == 0 and mixture["rows_per_step"] == 8
+    assert [(d["name"], d["weight"], d["splits"]) for d in mixture["datasets"]] == [
+        ("a", "3/4", 3),
+        ("b", "1/4", 2),
+    ]
+    placed: dict[int, dict[int, int]] = {0: {}, 1: {}}  # rank -> position -> dataset index
+    for k, d in enumerate(mixture["datasets"]):
+        for segment in d["segments"]:
+            for part in segment["parts"]:
+                for p in range(part["start"], part["stop"]):
+                    placed[part["rank"]][p] = k
+    for rank, batch in enumerate(first):
+        got = [placed[rank][p] for p in sorted(placed[rank])]
+        assert got == batch["source"].tolist()
+    page = AppTest.from_file(str(PLACEMENT), default_timeout=60)
+    page.session_state["run_id"] = "mix-place"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_API, collector.api_url)
+        page.run()
+    assert not page.exception
+    assert "Datasets of the mixture" in [h.value for h in page.subheader]
+    datasets, by_rank = page.table
+    assert list(datasets.value.index) == ["a", "b"]
+    assert list(datasets.value["splits"]) == ["3", "2"]
+    assert list(by_rank.value["positions of each step"]) == ["0–3", "4–7"]
+
+
+def test_per_dataset_progress_is_live_and_stays_off_the_timeline(
+    collector: DashboardHandle,
+) -> None:
+    """Rank 0 of a mixture reports its per-dataset progress while batches flow (not only at
+    each `for`): the Progress and Placement pages follow it, the Timeline does not list it."""
+    ranks = [loader(collector, r, [3, 1], run_id="mix-live") for r in range(2)]
+    for dl in ranks:
+        dl._telemetry.mixture_every_s = 0.0  # type: ignore[attr-defined]  # every batch
+    steps = [iter(dl) for dl in ranks]
+    for _ in range(5):
+        for it in steps:
+            next(it)
+    for dl in ranks:
+        dl.close()
+    url = collector.api_url + "/api/runs/mix-live/events?kind=mixture_progress"
+    deadline = time.monotonic() + 10
+    while not (live := _get(url)["data"]) or live[-1]["global_step"] < 5:
+        assert time.monotonic() < deadline, live
+    assert {e["rank"] for e in live} == {0}  # global facts: one rank sends them
+    assert live[-1]["data"]["supplied"] == [30, 10]  # 5 steps of 8 rows at 3:1
+    placement = _get(collector.api_url + "/api/runs/mix-live/placement")
+    assert placement["mixture"]["global_step"] == 5
+    from dashboard.mixture import mixture_frame
+
+    mixture = _get(collector.api_url + "/api/runs/mix-live/events?kind=mixture")["data"]
+    frame = mixture_frame(mixture + live[-1:])
+    assert frame is not None and frame["rows supplied"].tolist() == ["30", "10"]
+    timeline = _get(collector.api_url + "/api/runs/mix-live/timeline")["data"]
+    assert [i["label"] for i in timeline if i["kind"].startswith("mixture")] == [
+        "mixture: a 3/4, b 1/4 at step 0"
+    ]

@@ -274,6 +274,30 @@ class LayoutPublic(BaseModel):
     ranks: list[RankPublic]
 
 
+class MixtureSegmentPublic(BaseModel):
+    """Positions [start, stop) of one dataset's rows in the step, and who reads which."""
+
+    start: int
+    stop: int
+    parts: list[PartPublic]
+
+
+class MixtureDatasetPublic(BaseModel):
+    name: str
+    weight: str  # the share of every global step, as a fraction ("7/10")
+    splits: int
+    segments: list[MixtureSegmentPublic]  # in the step `global_step` (two across a pass end)
+
+
+class MixturePlacementPublic(BaseModel):
+    """A mixture: every rank reads positions [r·G/W, (r+1)·G/W) of each step, which hold
+    rows of every dataset; the layout shown is of step `global_step`."""
+
+    global_step: int | None
+    rows_per_step: int | None
+    datasets: list[MixtureDatasetPublic]
+
+
 class PlacementPublic(BaseModel):
     run_id: str
     num_splits: int
@@ -283,6 +307,7 @@ class PlacementPublic(BaseModel):
     status: StatusPublic
     current: LayoutPublic
     previous: LayoutPublic | None
+    mixture: MixturePlacementPublic | None = None  # a run of several datasets
 
 
 class RankProgressPublic(BaseModel):

@@ -40,7 +40,14 @@ from dashboard.collector.writes import (
     UPSERT_RUN,
     run_row,
 )
-from loader.wire import CHECKPOINT_LOADED, CHECKPOINT_SAVED, CLOSED, EPOCH_END, PROGRESS
+from loader.wire import (
+    CHECKPOINT_LOADED,
+    CHECKPOINT_SAVED,
+    CLOSED,
+    EPOCH_END,
+    MIXTURE_PROGRESS,
+    PROGRESS,
+)
 
 ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
@@ -387,15 +394,16 @@ class Store:
         return int(rows[0][0])
 
     def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        """Discrete events but `closed`, folded across ranks: one row per kind, epoch, step
+        """Discrete events but `closed` and live mixture reports, folded across ranks: one row per kind, epoch, step
         (global when sent) and world size, with the data of its first event and the count
         of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
         rows = self.query(
             "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
             "data, count(DISTINCT rank) AS ranks FROM events WHERE run_id = ? AND kind != ? "
-            "GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
+            "AND kind != ? GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
             run_id,
             CLOSED,
+            MIXTURE_PROGRESS,
             limit,
         )
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]

@@ -19,7 +19,7 @@ from dashboard.collector.status import (
     run_status,
 )
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.placement import layout_of
+from dashboard.placement import layout_of, mixture_layout
 from loader import wire
 from loader.layout import fit_reason, rank_shares, supported_world_sizes, uses_steps
 
@@ -76,7 +76,23 @@ def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH
         "previous": (
             _layout(run, prev, store.ranks(run["run_id"], prev), status) if prev else None
         ),
+        "mixture": _mixture(store, run),
     }
+
+
+def _mixture(store: Store, run: dict[str, Any]) -> dict[str, Any] | None:
+    """A mixture run's datasets and the layout of the step its latest `mixture` event
+    describes (in the current world size); None for a run of one dataset."""
+    found = [
+        e
+        for kind in (wire.MIXTURE, wire.MIXTURE_PROGRESS)
+        for e in store.events(run["run_id"], kind, 1)
+    ]
+    last = max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
+    if last is None or not isinstance(last["data"], dict) or not last["data"].get("names"):
+        return None
+    placed = mixture_layout(last["data"], run["world_size"])
+    return {"global_step": last["global_step"], **placed}
 
 
 def _ended_epoch(r: dict[str, Any], state: str) -> bool:

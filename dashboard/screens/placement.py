@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, ui
+from loader.layout import slice_bounds
 
 # Worst first: silent ranks, then the ones furthest behind.
 ORDER = {"crashed": 0, "stalled": 1, "running": 2, "closed": 3}
@@ -68,6 +69,70 @@ def _splits(lo: int, hi: int, shared: set[int]) -> str:
     return f"{lo}{star[lo]}" if hi - lo == 1 else f"{lo}{star[lo]}–{hi - 1}{star[hi - 1]}"
 
 
+def mixture_table(mixture: dict[str, Any]) -> pd.DataFrame:
+    """One row per dataset of a mixture: weight, splits, where its rows sit in the step
+    shown and which rank reads which of them."""
+    rows = []
+    for d in mixture["datasets"]:
+        segments = d["segments"]
+        rows.append(
+            {
+                "dataset": ui.plain(d["name"]),
+                "weight": d["weight"],
+                "splits": f"{d['splits']:,}",
+                "positions": " · ".join(f"{g['start']}–{g['stop'] - 1}" for g in segments)
+                or "none this step",
+                "read by": " · ".join(
+                    f"rank {p['rank']}: {p['start']}–{p['stop'] - 1}"
+                    for g in segments
+                    for p in g["parts"]
+                )
+                or "—",
+            }
+        )
+    return pd.DataFrame(rows).set_index("dataset") if rows else pd.DataFrame(rows)
+
+
+def _mixture(run_id: str, placement: dict[str, Any]) -> None:
+    """A mixture has no split grid: every rank reads a slice of every step, and each step
+    holds rows of every dataset."""
+    mixture, cur = placement["mixture"], placement["current"]
+    count, world = len(mixture["datasets"]), cur["world_size"]
+    per_step = mixture["rows_per_step"]
+    st.text(
+        f"{run_id} · a mixture of {count} datasets · "
+        + (f"G = {per_step:,} rows a step · " if per_step else "")
+        + f"W = {world:,} ranks · any world size up to G"
+    )
+    st.subheader("Datasets of the mixture")
+    step = mixture["global_step"]
+    st.caption(
+        f"Rank r reads positions r·G/W to (r+1)·G/W − 1 of every global step; a step lays "
+        f"out each dataset's rows in turn, so every rank reads a part of every dataset. "
+        f"Positions of global step {step:,}" + " (the counts differ by at most one row a "
+        "dataset from step to step)."
+        if step is not None
+        else "No step layout reported yet."
+    )
+    st.table(mixture_table(mixture))
+    st.subheader("Ranks")
+    table = rank_table(cur, placement["rows_per_split"])
+    if table.empty:
+        st.caption("no rank has reported in this world size yet")
+        return
+    table["splits"] = [
+        "{}–{}".format(*_positions(int(label.split()[1]), world, per_step)) for label in table.index
+    ]
+    st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
+
+
+def _positions(rank: int, world_size: int, rows: int | None) -> tuple[int | str, int | str]:
+    if not rows:
+        return "?", "?"
+    lo, hi = slice_bounds(rank, world_size, rows)
+    return lo, hi - 1
+
+
 def _world_sizes(placement: dict[str, Any]) -> str:
     up_to = placement["any_world_size_up_to"]
     if up_to:
@@ -81,6 +146,14 @@ def live() -> None:
     placement = ui.fetch("placement", run_id) if run_id else None
     if placement is None:
         return
+    if placement.get("mixture"):
+        _mixture(placement["run_id"], placement)
+        return
+    st.caption(
+        "Each cell is a split, coloured by the rank (GPU) that reads it; a split two ranks "
+        "share is cut into their parts (and marked * in the ranks table); dark cells belong to "
+        "a rank that stopped reporting. Hover for the part read, host, GPU, workers and state."
+    )
     cur, prev = placement["current"], placement["previous"]
     num_splits = placement["num_splits"]
     st.text(
@@ -111,9 +184,4 @@ def live() -> None:
 
 
 st.header("Placement")
-st.caption(
-    "Each cell is a split, coloured by the rank (GPU) that reads it; a split two ranks share "
-    "is cut into their parts (and marked * in the ranks table); dark cells belong to a rank "
-    "that stopped reporting. Hover for the part read, host, GPU, workers and state."
-)
 live()

@@ -109,7 +109,10 @@ def live() -> None:
     elif ranks:
         ui.show(charts.rank_bars(ranks), side)
     events = ui.fetch("events", run_id, kind="mixture") if run_id else None
-    mixed = mixture_frame(events or [])
+    live = (
+        ui.fetch("events", run_id, kind="mixture_progress", limit=1) if run_id and events else None
+    )
+    mixed = mixture_frame((events or []) + (live or []))
     if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
         st.subheader("Datasets of the mixture")
         st.table(mixed)

@@ -284,12 +284,19 @@ class MixedDataset:
 
     # -- the dashboard's facts ----------------------------------------------------------
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self, global_batch: int | None = None) -> dict[str, Any]:
         """Per dataset: units read since the run began, passes, and the weights in effect
-        since `phase_start` (the data of the `mixture` telemetry event: text and int lists)."""
+        since `phase_start` (the data of the `mixture` telemetry event: text and int lists).
+        With the global batch G, also the layout of the next global step: `step_segments`,
+        triples (dataset, first position, rows) in layout order (for the Placement page)."""
         pos = self.progress.mix_position()
         seq_len = self.packing.spec.seq_len if self.packing is not None else None
+        segments: list[int] | None = None
+        if global_batch:
+            _, parts = self.mix_plan.step(pos, global_batch)
+            segments = [v for p in parts for v in (p.source, p.offset, p.count)]
         return {
+            "step_segments": segments,
             "names": ",".join(self.names),
             "weights": ",".join(self.mix_plan.weights.text()),
             "phase_start": pos.phase_start,

@@ -12,6 +12,7 @@ Standard library only at import (the client is imported by `connect`).
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from loader.telemetry.client import TelemetryClient
 
 _LIVE: weakref.WeakSet[TelemetryReporter] = weakref.WeakSet()
+MIXTURE_HEARTBEATS = 5  # a live mixture event every 5 heartbeats (5 s by default)
 
 
 def checkpoint_written(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
@@ -57,8 +59,11 @@ class Reporter:
     def checkpoint_saved(self, path: str | None, epoch: int, step: int, global_step: int) -> None:
         """The user says a checkpoint of the current position was written (`note_checkpoint_saved`)."""
 
-    def mixture(self, epoch: int, step: int, global_step: int, facts: dict[str, Any]) -> None:
-        """A mixture's weights and per-dataset progress (at each `for` and each resume)."""
+    def mixture(
+        self, epoch: int, step: int, global_step: int, facts: dict[str, Any], live: bool = False
+    ) -> None:
+        """A mixture's weights and per-dataset progress (at each `for` and each resume, and
+        `live` every few heartbeats while batches flow)."""
 
     def state_taken(self, state: Mapping[str, Any]) -> None:
         """`state_dict()` returned `state` (inside a DCP save, that is a checkpoint)."""
@@ -78,6 +83,11 @@ class TelemetryReporter(Reporter):
         self._loader = weakref.ref(loader)
         client.set_snapshot(self.snapshot)  # held weakly: this reporter lives with the loader
         _LIVE.add(self)
+        # A mixture's per-dataset progress is global (every rank computes the same): rank 0
+        # sends it live, every `mixture_every_s` while batches flow.
+        self._live_mixture = loader.streaming_dataset.rank == 0 and _is_mixture(loader)
+        self.mixture_every_s = MIXTURE_HEARTBEATS * client.interval_s
+        self._mixture_sent = time.monotonic()  # the `for`'s `mixture` event is on its way
 
     @property
     def client(self) -> TelemetryClient:
@@ -90,6 +100,13 @@ class TelemetryReporter(Reporter):
 
     def on_batch(self, rows: int, wait_s: float) -> None:
         self._client.on_batch(rows, wait_s)
+        if self._live_mixture and time.monotonic() - self._mixture_sent >= self.mixture_every_s:
+            self._mixture_sent = time.monotonic()
+            dl = self._loader()
+            if dl is not None:
+                from loader.readable import tell_mixture
+
+                tell_mixture(self, dl.streaming_dataset, dl.step, dl.global_batch_size, live=True)
 
     def epoch_end(self, epoch: int, step: int, global_step: int) -> None:
         self._event(wire.EPOCH_END, epoch=epoch, step=step, global_step=global_step)
@@ -116,8 +133,11 @@ class TelemetryReporter(Reporter):
             wire.CHECKPOINT_SAVED, path=path, step=step, epoch=epoch, global_step=global_step
         )
 
-    def mixture(self, epoch: int, step: int, global_step: int, facts: dict[str, Any]) -> None:
-        self._event(wire.MIXTURE, epoch=epoch, step=step, global_step=global_step, **facts)
+    def mixture(
+        self, epoch: int, step: int, global_step: int, facts: dict[str, Any], live: bool = False
+    ) -> None:
+        kind = wire.MIXTURE_PROGRESS if live else wire.MIXTURE
+        self._event(kind, epoch=epoch, step=step, global_step=global_step, **facts)
 
     def state_taken(self, state: Mapping[str, Any]) -> None:
         from loader.telemetry.checkpoints import state_taken
@@ -134,6 +154,12 @@ class TelemetryReporter(Reporter):
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._client.event(kind, **fields)
+
+
+def _is_mixture(loader: StreamingDataLoader) -> bool:
+    from loader.mixture.dataset import MixedDataset
+
+    return isinstance(loader.streaming_dataset, MixedDataset)
 
 
 def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
