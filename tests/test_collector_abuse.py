@@ -290,7 +290,7 @@ def _status(url: str, body: bytes | None = None) -> int:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(url, body, JSON if body else {})
     try:
-        with opener.open(request, timeout=5) as response:
+        with opener.open(request, timeout=30) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -48,7 +48,7 @@ def test_a_collected_loader_closes_at_its_last_position(collector: DashboardHand
     client = TelemetryClient(collector.api_url, "pos", STATIC, interval_s=0.05, timeout_s=5)
     loader = _Loader()
     client.set_snapshot(loader.snapshot)
-    wait_until(lambda: client.sent > 0, 10, "a first progress event")
+    wait_until(lambda: client.sent > 0, 30, "a first progress event")
     del loader  # the loader is collected: the client's last batch goes out now
     client._thread.join(10)
     [closed] = _closed(collector.api_url, "pos")
