@@ -21,6 +21,7 @@ from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoi
 pytestmark = pytest.mark.slow  # starts the collector
 
 PROGRESS = Path(__file__).parent.parent / "dashboard" / "screens" / "progress.py"
+PLACEMENT = PROGRESS.with_name("placement.py")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,18 @@ def _get(url: str) -> Any:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=30) as resp:
         return orjson.loads(resp.read())
+
+
+def _page(script: Path, run_id: str, collector: DashboardHandle) -> AppTest:
+    """A dashboard page run for `run_id`, with its "Datasets of the mixture" section."""
+    page = AppTest.from_file(str(script), default_timeout=60)
+    page.session_state["run_id"] = run_id
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_API, collector.api_url)
+        page.run()
+    assert not page.exception
+    assert "Datasets of the mixture" in [h.value for h in page.subheader]
+    return page
 
 
 def loader(
@@ -69,13 +82,7 @@ def test_weights_and_per_dataset_progress_reach_the_collector(
     resume = [e["data"] for e in events if e["global_step"] == 10]
     assert resume[0]["supplied"] == [60, 20] and resume[0]["passes"] == [1, 1]
     assert resume[0]["phase_start"] == 10 and resume[0]["names"] == "a,b"
-    page = AppTest.from_file(str(PROGRESS), default_timeout=60)
-    page.session_state["run_id"] = "mix-run"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(ENV_API, collector.api_url)
-        page.run()
-    assert not page.exception
-    assert "Datasets of the mixture" in [h.value for h in page.subheader]
+    page = _page(PROGRESS, "mix-run", collector)
     [table] = page.table
     assert list(table.value.index) == ["a", "b"]
     timeline = _get(collector.api_url + "/api/runs/mix-run/timeline")
@@ -101,9 +108,6 @@ def test_the_progress_page_table_of_a_mixture() -> None:
     assert frame.loc["web"].tolist() == ["50.0%", "125", "0", "50.0%"]
     assert frame.loc["code"]["share since the weights took effect"] == "50.0%"
     assert mixture_frame([]) is None
-
-
-PLACEMENT = Path(__file__).parent.parent / "dashboard" / "screens" / "placement.py"
 
 
 def test_the_placement_of_a_mixture_is_the_rows_each_rank_reads(
@@ -133,13 +137,7 @@ def test_the_placement_of_a_mixture_is_the_rows_each_rank_reads(
     for rank, batch in enumerate(first):
         got = [placed[rank][p] for p in sorted(placed[rank])]
         assert got == batch["source"].tolist()
-    page = AppTest.from_file(str(PLACEMENT), default_timeout=60)
-    page.session_state["run_id"] = "mix-place"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv(ENV_API, collector.api_url)
-        page.run()
-    assert not page.exception
-    assert "Datasets of the mixture" in [h.value for h in page.subheader]
+    page = _page(PLACEMENT, "mix-place", collector)
     datasets, by_rank = page.table
     assert list(datasets.value.index) == ["a", "b"]
     assert list(datasets.value["splits"]) == ["3", "2"]
