@@ -80,10 +80,10 @@ def mixture_table(mixture: dict[str, Any]) -> pd.DataFrame:
                 "dataset": ui.plain(d["name"]),
                 "weight": d["weight"],
                 "splits": f"{d['splits']:,}",
-                "positions": " · ".join(f"{g['start']}–{g['stop'] - 1}" for g in segments)
+                "positions": " · ".join(_span(g["start"], g["stop"]) for g in segments)
                 or "none this step",
                 "read by": " · ".join(
-                    f"rank {p['rank']}: {p['start']}–{p['stop'] - 1}"
+                    f"rank {p['rank']}: {_span(p['start'], p['stop'])}"
                     for g in segments
                     for p in g["parts"]
                 )
@@ -91,6 +91,11 @@ def mixture_table(mixture: dict[str, Any]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).set_index("dataset") if rows else pd.DataFrame(rows)
+
+
+def _span(start: int, stop: int) -> str:
+    """Positions [start, stop) as people write them: "5" or "2–4"."""
+    return str(start) if stop - start == 1 else f"{start}–{stop - 1}"
 
 
 def _mixture(run_id: str, placement: dict[str, Any]) -> None:
@@ -120,17 +125,15 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
     if table.empty:
         st.caption("no rank has reported in this world size yet")
         return
-    table["splits"] = [
-        "{}–{}".format(*_positions(int(label.split()[1]), world, per_step)) for label in table.index
-    ]
+    table["splits"] = [_positions(int(label.split()[1]), world, per_step) for label in table.index]
     st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
 
 
-def _positions(rank: int, world_size: int, rows: int | None) -> tuple[int | str, int | str]:
+def _positions(rank: int, world_size: int, rows: int | None) -> str:
+    """The positions of each step that `rank` reads (`loader.layout.slice_bounds`)."""
     if not rows:
-        return "?", "?"
-    lo, hi = slice_bounds(rank, world_size, rows)
-    return lo, hi - 1
+        return "—"
+    return _span(*slice_bounds(rank, world_size, rows))
 
 
 def _world_sizes(placement: dict[str, Any]) -> str:
