@@ -141,3 +141,11 @@ def mix_counts(weights: list[int], counts: list[int], rows: int) -> list[int]:
         ready = [k for k, s in enumerate(shares) if s > 0 and out[k] < i * s]
         out[min(ready, key=lambda k: (-(-(out[k] + 1) // shares[k]), k))] += 1
     return out
+
+
+def place_rows(src: list[Any], rows: list[int], dest: list[Any], at: list[int]) -> list[Any]:
+    """`dest` with row `at[i]` replaced by row `rows[i]` of `src`, one row at a time."""
+    out = list(dest)
+    for row, to in zip(rows, at, strict=True):
+        out[to] = src[row]
+    return out

@@ -14,6 +14,7 @@ from loader.kernels.permute import (
     mix64,
     round_keys,
 )
+from loader.kernels.rows import _place_rows
 from loader.kernels.stream import _advance, _runs_order, _slice_runs
 from loader.layout import slice_bounds
 from loader.plan import PlanSpec
@@ -125,3 +126,23 @@ def test_order_range_equals_order_of_indices(
     count = data.draw(st.integers(0, n - start))
     want = plan.order(np.arange(start, start + count, dtype=np.int64))
     assert plan.order_range(start, count).tolist() == want.tolist()
+
+
+@given(
+    src_rows=st.integers(1, 20),
+    width=st.integers(1, 12),
+    dest_rows=st.integers(0, 30),
+    word=st.sampled_from(["u1", "u2", "u4", "u8"]),
+    data=st.data(),
+)
+def test_place_rows_matches_twin(
+    src_rows: int, width: int, dest_rows: int, word: str, data: st.DataObject
+) -> None:
+    src = (np.arange(src_rows * width).reshape(src_rows, width) % 251).astype(word)
+    dest = np.full((dest_rows, width), 255, dtype=word)
+    places = st.lists(st.integers(0, dest_rows - 1), unique=True) if dest_rows else st.just([])
+    at = data.draw(places)
+    rows = [data.draw(st.integers(0, src_rows - 1)) for _ in at]
+    want = reference.place_rows(src.tolist(), rows, dest.tolist(), at)
+    _place_rows(src, np.array(rows, dtype=np.int64), dest, np.array(at, dtype=np.int64))
+    assert dest.tolist() == want

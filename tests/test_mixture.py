@@ -287,3 +287,41 @@ def test_ragged_columns_and_row_transforms_join(tmp_path: Path) -> None:
     batch = next(iter(StreamingDataLoader(MixedDataset([c, d], [1, 1]), global_batch_size=8)))
     assert batch["source"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     assert all(i % 2 == 0 for i in batch["id"].tolist()) and min(batch["id"][4:].tolist()) >= 200
+
+
+def typed_table(base: int, rows: int) -> pa.Table:
+    """Every fixed-width kind a row can hold, each value derived from the row's id."""
+    ids = list(range(base, base + rows))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "small": pa.array([i % 100 - 50 for i in ids], pa.int8()),
+            "half": pa.array([i / 4 for i in ids], pa.float16()),
+            "flag": pa.array([i % 3 == 0 for i in ids], pa.bool_()),
+            "wide": pa.array([float(i) * 1.5 for i in ids], pa.float64()),
+            "pair": pa.array([[i % 7, -i % 5, i % 3] for i in ids], pa.list_(pa.int16(), 3)),
+            "vec": pa.array(
+                [[i + k / 8 for k in range(5)] for i in ids], pa.list_(pa.float32(), 5)
+            ),
+        }
+    )
+
+
+def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    def batches() -> list[dict[str, Any]]:
+        datasets = [
+            StreamingDataset(typed_table(k * 1000, rows), num_splits=splits, shuffle_seed=k)
+            for k, (rows, splits) in enumerate([(50, 3), (31, 2), (17, 1)])
+        ]
+        mix = MixedDataset(datasets, [3, 2, 1], seed=4)
+        loader = StreamingDataLoader(mix, global_batch_size=12, read_size=36)  # 3 steps a read
+        return [batch for _ in range(2) for batch in loader]
+
+    placed = batches()
+    monkeypatch.setattr("loader.mixture.reader._placed", lambda task, reads: None)
+    joined = batches()
+    assert len(placed) == len(joined) > 8
+    for one, other in zip(placed, joined, strict=True):
+        assert list(one) == list(other)
+        for key in one:
+            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key

@@ -3,6 +3,7 @@ reader, then each batch joined in layout order with the `source` of every row (o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,8 +12,16 @@ import pyarrow as pa
 import torch
 from numpy.typing import NDArray
 
+from loader.kernels.rows import _place_rows
 from loader.mixture.stream import MixTask
-from loader.read.convert import Ragged, column_to_numpy, table_to_batch
+from loader.read.convert import (
+    Ragged,
+    column_to_numpy,
+    null_count,
+    one_buffer,
+    single_array,
+    table_to_batch,
+)
 from loader.read.reader import BatchReader, SlicedRead, cut_columns
 
 SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
@@ -62,40 +71,65 @@ def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> SlicedRead:
 
 
 def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> SlicedRead | None:
-    """The task's batches as slices of one tensor per column, each group's rows taken from
-    its read straight into their places (one copy, as a single dataset's read); None when a
-    column is not numeric, has nulls, or differs in type between datasets (then the
-    general join, which also names the problem)."""
+    """The task's batches as slices of one buffer (`one_buffer`, as a single dataset's read),
+    each group's rows copied from its read straight into their places, one kernel call per
+    (column, group); None when a column is not numeric, has nulls, or differs in type
+    between datasets (then the general join, which also names the problem)."""
     names = reads[0][0].column_names
     if any(table.column_names != names for table, _ in reads):
         return None
-    bounds = [np.cumsum((0, *t.sizes)).tolist() for _, t in task.groups]
-    places = []  # (group, rows of its read, start in the output)
-    start = 0
-    for items in task.layout:
-        for g, i in items:
-            places.append((g, reads[g][1][bounds[g][i] : bounds[g][i + 1]], start))
-            start += bounds[g][i + 1] - bounds[g][i]
-    out: dict[str, Any] = {}
+    columns: dict[str, list[NDArray[Any]]] = {}
     for name in names:
         arrays = []
         for table, _ in reads:
-            column = table.column(name).combine_chunks()
-            values = column_to_numpy(column) if column.null_count == 0 else None
+            column = single_array(table.column(name))
+            values = column_to_numpy(column) if null_count(column) == 0 else None
             if values is None:
                 return None
             arrays.append(values)
         if any(a.dtype != arrays[0].dtype or a.shape[1:] != arrays[0].shape[1:] for a in arrays):
             return None
-        dest = np.empty((start, *arrays[0].shape[1:]), dtype=arrays[0].dtype)
-        for g, rows, at in places:  # one copy into place ("clip": with "raise", out= buffers)
-            np.take(arrays[g], rows, axis=0, out=dest[at : at + len(rows)], mode="clip")
-        out[name] = torch.from_numpy(dest)
-    sources = np.concatenate(
-        [np.full(len(rows), task.groups[g][0], dtype=np.int64) for g, rows, _ in places]
-    )
-    out[SOURCE_FIELD] = torch.from_numpy(sources)
-    return _split(out, task.sizes)
+        columns[name] = arrays
+    kinds = {name: arrays[0] for name, arrays in columns.items()}
+    outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
+    if outs is None:
+        return None
+    places = _places(task)
+    for name, arrays in columns.items():
+        dest = _as_words(outs[name].numpy())
+        for values, (_, order), at in zip(arrays, reads, places, strict=True):
+            _place_rows(_as_words(values), order, dest, at)
+    sources = outs[SOURCE_FIELD].numpy()
+    for (k, _), at in zip(task.groups, places, strict=True):
+        sources[at] = k
+    return _split(outs, task.sizes)
+
+
+def _places(task: MixTask) -> list[NDArray[np.int64]]:
+    """Per group, the row of the task's batches (end to end) that each row of its read
+    (in the group's stream order) goes to."""
+    starts = [[0] * len(t.sizes) for _, t in task.groups]  # each piece's first row
+    row = 0
+    for items in task.layout:
+        for g, i in items:
+            starts[g][i] = row
+            row += task.groups[g][1].sizes[i]
+    places = []
+    for (_, t), first in zip(task.groups, starts, strict=True):
+        sizes = np.array(t.sizes, dtype=np.int64)
+        shift = np.array(first, dtype=np.int64) - (np.cumsum(sizes) - sizes)
+        places.append(np.repeat(shift, sizes) + np.arange(int(sizes.sum()), dtype=np.int64))
+    return places
+
+
+def _as_words(values: NDArray[Any]) -> NDArray[Any]:
+    """A column's rows as (rows, words a row) of the widest unsigned word that divides a
+    row's bytes (a view): a copy by 8-byte words runs ~2x faster than by bytes on narrow
+    columns, and four signatures serve every dtype and width."""
+    values = np.ascontiguousarray(values)
+    row_bytes = values.itemsize * math.prod(values.shape[1:])
+    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    return values.reshape(len(values), row_bytes // values.itemsize).view(f"u{word}")
 
 
 def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:

@@ -91,10 +91,16 @@ def _ragged_type(t: pa.DataType) -> bool:
     return bool(pat.is_binary(t) or pat.is_large_binary(t))
 
 
-def _check_no_nulls(name: str, arr: pa.Array) -> None:
+def null_count(arr: pa.Array) -> int:
+    """Nulls of a column, those inside its lists included (a tensor has none of either)."""
     nulls = arr.null_count
     if pat.is_fixed_size_list(arr.type) or pat.is_list(arr.type) or pat.is_large_list(arr.type):
         nulls += arr.flatten().null_count
+    return int(nulls)
+
+
+def _check_no_nulls(name: str, arr: pa.Array) -> None:
+    nulls = null_count(arr)
     if nulls:
         raise ValueError(
             f"column {name!r} ({arr.type}) has {nulls} null value(s) in the rows read; a "
@@ -149,7 +155,7 @@ def single_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 ALIGN = 64  # bytes: each column's start in a read's one buffer (a cache line)
 
 
-def _one_buffer(arrays: dict[str, NDArray[Any]], rows: int) -> dict[str, torch.Tensor] | None:
+def one_buffer(arrays: dict[str, NDArray[Any]], rows: int) -> dict[str, torch.Tensor] | None:
     """Writable tensors of the arrays' dtypes and shapes (`rows` first), all views of one
     uint8 storage: a DataLoader worker hands a storage to the main process with one file
     descriptor round trip, ~0.1-0.2 ms each, so one storage for the read instead of one a
@@ -177,7 +183,7 @@ def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
 
     The reorder (a gather) is the one copy: Arrow's buffers are read-only to NumPy, so it
     writes into writable tensors that torch owns, the fixed-width columns side by side in
-    one buffer (see `_one_buffer`).
+    one buffer (see `one_buffer`).
     """
     batch: dict[str, Any] = {}
     fixed: dict[str, NDArray[Any]] = {}
@@ -194,7 +200,7 @@ def table_to_batch(table: pa.Table, order: NDArray[np.int64]) -> dict[str, Any]:
             batch[name] = take_ragged(arr, order)
         else:
             batch[name] = arr.take(pa.array(order)).to_pylist()
-    outs = _one_buffer(fixed, len(order)) if fixed else {}
+    outs = one_buffer(fixed, len(order)) if fixed else {}
     for name, values in fixed.items():
         if outs is None:  # np.take, not values[order]: the same copy, twice as fast on 2-D
             batch[name] = torch.from_numpy(np.take(values, order, axis=0))
