@@ -12,6 +12,9 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
 - `ours ÷ raw Lance read`: tokens/s of ours against reading the token column of the same
   table front to back with `to_batches` into one flat NumPy array per batch (no shuffle,
   no packing): the floor of what any packing reader pays.
+- `ours, narrow`: the same blocks with `pack_fields=["input_ids", "cu_seqlens"]` and
+  `pack_dtype="int32"` (4 bytes a token, as LitData's `TokensLoader` hands out; the other
+  fields derivable on the GPU with `loader.derive_packed_fields`), against the same peers.
 - `resume at 90 %`: time from building the dataset and loader (lengths pass included) to
   the first batch, after `load_state_dict` of a state at 90 % of the epoch, over the same
   for a fresh start; medians of 5, alternating.
@@ -41,6 +44,7 @@ from loader.read.packed_reader import PackedReader, block_documents
 from loader.stream import task_order_indices
 
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
+NARROW = {"pack_fields": ["input_ids", "cu_seqlens"], "pack_dtype": "int32"}
 CLUMPS = (1, 16, 64, 256, 1024)  # the trade-off sweep of shuffle_clump_size, in documents
 
 
@@ -257,8 +261,11 @@ def main() -> None:
         blocks = len(loader) * BATCH
         print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
         next(iter(ours(table)))  # warm: Numba's cached kernels load (~1 s) on first use
+        next(iter(ours(table, **NARROW)))  # and the int32 kernel's
         readers: list[tuple[str, Callable[[], float]]] = [
             (f"ours (default clump {PACKED_CLUMP})", lambda: drain(ours(table), _tokens, args.seconds)),
+            ("ours, narrow (input_ids + cu_seqlens, int32)",
+             lambda: drain(ours(table, **NARROW), _tokens, args.seconds)),
             ("ours, shuffle_clump_size=1 (the old default)",
              lambda: drain(ours(table, shuffle_clump_size=1), _tokens, args.seconds)),
             ("lancedb.streaming pack_sequences", lambda: drain(theirs(table, blocks), _tokens, args.seconds)),
@@ -275,13 +282,16 @@ def main() -> None:
             for name, run in readers:
                 rates.setdefault(name, []).append(run())
                 print(f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s", flush=True)
-        ours_rates = rates[readers[0][0]]
+        ours_rates, narrow_rates = rates[readers[0][0]], rates[readers[1][0]]
         print(f"\nmedians of {args.reps} (range); ratios within a repetition")
         for name, values in rates.items():
             line = f"{name:44s} {statistics.median(values):14,.0f} tokens/s"
             if name != readers[0][0]:
                 ratio = [a / b for a, b in zip(ours_rates, values, strict=True)]
                 line += f"   ours / it = {spread(ratio)}"
+            if name not in (readers[0][0], readers[1][0]):
+                ratio = [a / b for a, b in zip(narrow_rates, values, strict=True)]
+                line += f"   narrow / it = {spread(ratio)}"
             print(line)
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)

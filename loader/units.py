@@ -123,6 +123,6 @@ class UnitRequest:
         from loader.read.packed_reader import PackedReader
 
         if lengths is None:  # the one-off pass, per version
-            lengths = token_lengths(resolved, self.pack.column)
+            lengths = token_lengths(resolved, self.pack.column, self.pack.dtype)
         packing = PackedTokens(self.pack, plan, lengths)
         return BlockUnits(plan, PackedReader(resolved, plan, packing), packing)
