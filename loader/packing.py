@@ -73,6 +73,11 @@ class PackSpec:
                     "blocks_per_epoch pads splits that run out of tokens: pass pad_id too"
                 )
 
+    @property
+    def field_bytes(self) -> int:
+        """Bytes a token takes in the batch's (B, seq_len) fields: 32 by default."""
+        return self.dtype.itemsize * len([f for f in self.fields if f != "cu_seqlens"])
+
     def identity(self) -> dict[str, Any]:
         """What a resume must match (stored in the state's plan): not the output's fields
         or dtype, so a run may narrow its batches at a resume."""

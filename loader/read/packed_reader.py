@@ -108,19 +108,21 @@ def pack(
     first_offsets: NDArray[np.int64],
 ) -> tuple[dict[str, NDArray[Any]], NDArray[np.int64], NDArray[np.int64]]:
     """The kernel writing only the fields `spec` keeps, in its dtype: (fields by name, piece
-    starts, block pieces)."""
-    shape = (len(block_docs) - 1, spec.seq_len)
-    arrays = [
-        np.empty(shape if name in spec.fields else (0, 0), dtype=spec.dtype)
-        for name in ARRAY_FIELDS
-    ]
+    starts, block pieces). The fields are views of one allocation: one storage a read to
+    hand from a worker (as rows), and on fresh memory NumPy's huge pages for 4 MiB or more
+    (~20 page faults instead of ~2,000 for four (128, 2048) int64 fields: the kernel alone
+    ran 13x faster; in the loader, where freed reads are reused, it measured the same)."""
+    kept = [name for name in ARRAY_FIELDS if name in spec.fields]
+    whole = np.empty((len(kept), len(block_docs) - 1, spec.seq_len), dtype=spec.dtype)
+    views = dict(zip(kept, whole, strict=True))
+    none = np.empty((0, 0), dtype=spec.dtype)
+    arrays = [views.get(name, none) for name in ARRAY_FIELDS]
     pad = spec.pad_id if spec.pad_id is not None else spec.eos_id
     piece_starts, block_pieces = _pack_into(
         values, offsets, doc_rows, block_docs, first_offsets, spec.seq_len, spec.eos_id, pad,
         IGNORE_INDEX, *arrays,
     )  # fmt: skip
-    kept = {n: a for n, a in zip(ARRAY_FIELDS, arrays, strict=True) if n in spec.fields}
-    return kept, piece_starts, block_pieces
+    return views, piece_starts, block_pieces
 
 
 class PackedReader(BatchReader):
