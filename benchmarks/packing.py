@@ -98,14 +98,19 @@ def litdata_read(out: Path, seconds: float) -> float:
     return drain(LitLoader(ds, batch_size=BATCH), lambda b: b.numel(), seconds)
 
 
+CPU_PER_UNIT: list[float] = []  # each drain's process CPU seconds (all threads) per unit
+
+
 def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
     """Units per second from starting the iteration (the first read included: with
-    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`."""
-    done, start = 0, time.perf_counter()
+    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`; the CPU
+    seconds per unit go to CPU_PER_UNIT (steadier than wall time on a loaded machine)."""
+    done, start, cpu = 0, time.perf_counter(), time.process_time()
     for batch in batches:
         done += count(batch)
         if time.perf_counter() - start > seconds:
             break
+    CPU_PER_UNIT.append((time.process_time() - cpu) / max(done, 1))
     return done / (time.perf_counter() - start)
 
 
@@ -278,10 +283,16 @@ def main() -> None:
                 ("LitData TokensLoader (shuffle)", lambda: litdata_read(lit_dir, args.seconds))
             )
         rates: dict[str, list[float]] = {}
+        cpus: dict[str, list[float]] = {}
         for rep in range(args.reps):
             for name, run in readers:
                 rates.setdefault(name, []).append(run())
-                print(f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s", flush=True)
+                cpus.setdefault(name, []).append(CPU_PER_UNIT[-1] * 1e9)
+                print(
+                    f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s "
+                    f"{cpus[name][-1]:6.2f} CPU ns/token",
+                    flush=True,
+                )
         ours_rates, narrow_rates = rates[readers[0][0]], rates[readers[1][0]]
         print(f"\nmedians of {args.reps} (range); ratios within a repetition")
         for name, values in rates.items():
@@ -292,6 +303,15 @@ def main() -> None:
             if name not in (readers[0][0], readers[1][0]):
                 ratio = [a / b for a, b in zip(narrow_rates, values, strict=True)]
                 line += f"   narrow / it = {spread(ratio)}"
+            print(line)
+        print("\nCPU ns a token (process time, all threads; medians; > 1: ours costs less)")
+        mine = [("ours", readers[0][0]), ("narrow", readers[1][0])]
+        key0, key1 = readers[0][0], readers[1][0]
+        for name, values in cpus.items():
+            line = f"{name:44s} {statistics.median(values):8.2f}"
+            for label, key in mine[: 0 if name == key0 else 1 if name == key1 else 2]:
+                ratio = [b / a for a, b in zip(cpus[key], values, strict=True)]
+                line += f"   it / {label} = {spread(ratio)}"
             print(line)
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)
