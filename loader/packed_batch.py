@@ -90,9 +90,10 @@ def derive_packed_fields(
         real = torch.zeros(len(cu) - 1, dtype=torch.int64, device=flat.device)
         real.index_add_(0, piece, (flat != pad_id).to(torch.int64))
         padding = ((real == 0) & (cu[1:] % seq_len == 0))[piece]  # last piece, pads only
-        labels[padding] = IGNORE_INDEX
-        positions[padding] = 0
-        documents[padding] = -1
+        # torch.where, not mask assignment: a boolean index would sync with the host
+        labels = torch.where(padding, IGNORE_INDEX, labels)
+        positions = torch.where(padding, 0, positions)
+        documents = torch.where(padding, -1, documents)
     shape = (blocks, seq_len)
     return {
         "labels": labels.view(shape).to(dtype),
