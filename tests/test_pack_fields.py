@@ -70,7 +70,8 @@ def test_the_kernel_writes_the_twins_fields_it_is_asked_for(
     values = np.array([t for d in docs for t in d], dtype=np.int32)
     kept = ("input_ids", *sorted(fields, key=PACK_FIELDS.index))
     spec = PackSpec(seq_len, EOS, "tokens", PAD, count, kept, np.dtype(dtype))
-    got, starts, pieces = pack(spec, values, offsets, found, block_docs, first)
+    names, whole, starts, pieces = pack(spec, values, offsets, found, block_docs, first)
+    got = dict(zip(names, whole, strict=True))
     want = reference.pack_blocks(docs, seq_len, EOS, PAD, count)
     assert list(got) == [name for name in kept if name in ARRAYS]
     for name, array in got.items():
@@ -105,6 +106,8 @@ def test_narrow_batches_are_the_default_batches_narrowed(
         assert len(got) == len(want) > 2
         for g, w in zip(got, want, strict=True):
             assert_same(g, w)
+            # one storage a read, also from a worker: one hand-off, not one a field
+            assert len({g[k].untyped_storage().data_ptr() for k in g if k != "cu_seqlens"}) == 1
 
 
 def test_a_state_does_not_depend_on_the_fields_and_a_run_can_switch_at_a_resume() -> None:

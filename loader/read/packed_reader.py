@@ -99,6 +99,10 @@ def cut_blocks(whole: PackedWhole, a: int, b: int) -> dict[str, torch.Tensor]:
     return out
 
 
+# what `pack` returns: field names, their (fields, blocks, seq_len) array, the piece starts
+Packed = tuple[tuple[str, ...], NDArray[Any], NDArray[np.int64], NDArray[np.int64]]
+
+
 def pack(
     spec: PackSpec,
     values: NDArray[Any],
@@ -106,12 +110,13 @@ def pack(
     doc_rows: NDArray[np.int64],
     block_docs: NDArray[np.int64],
     first_offsets: NDArray[np.int64],
-) -> tuple[dict[str, NDArray[Any]], NDArray[np.int64], NDArray[np.int64]]:
-    """The kernel writing only the fields `spec` keeps, in its dtype: (fields by name, piece
-    starts, block pieces). The fields are views of one allocation: one storage a read to
-    hand from a worker (as rows), and on fresh memory NumPy's huge pages for 4 MiB or more
-    (~20 page faults instead of ~2,000 for four (128, 2048) int64 fields: the kernel alone
-    ran 13x faster; in the loader, where freed reads are reused, it measured the same)."""
+) -> Packed:
+    """The kernel writing only the fields `spec` keeps, in its dtype: (the fields' names, all
+    of them in one (fields, blocks, seq_len) array, piece starts, block pieces). One
+    allocation: one storage a read for a worker to hand on (as rows), and on fresh memory
+    NumPy's huge pages for 4 MiB or more (~20 page faults instead of ~2,000 for four (128,
+    2048) int64 fields: the kernel alone ran 13x faster; in the loader, where freed reads are
+    reused, it measured the same)."""
     kept = [name for name in ARRAY_FIELDS if name in spec.fields]
     whole = np.empty((len(kept), len(block_docs) - 1, spec.seq_len), dtype=spec.dtype)
     views = dict(zip(kept, whole, strict=True))
@@ -122,7 +127,7 @@ def pack(
         values, offsets, doc_rows, block_docs, first_offsets, spec.seq_len, spec.eos_id, pad,
         IGNORE_INDEX, *arrays,
     )  # fmt: skip
-    return views, piece_starts, block_pieces
+    return tuple(kept), whole, piece_starts, block_pieces
 
 
 class PackedReader(BatchReader):
@@ -149,11 +154,9 @@ class PackedReader(BatchReader):
         state["_cache"], state["_cache_pid"] = None, -1  # a lock and read data stay here
         return state
 
-    def blocks(
-        self, task: BatchTask, sub_reads: int = 1
-    ) -> tuple[dict[str, NDArray[Any]], NDArray[np.int64], NDArray[np.int64]]:
+    def blocks(self, task: BatchTask, sub_reads: int = 1) -> Packed:
         """The fields the spec keeps of the task's blocks, in stream order, and the piece
-        starts that make `cu_seqlens` (see `_pack_into`)."""
+        starts that make `cu_seqlens` (see `pack` and `_pack_into`)."""
         spec = self.packing.spec
         layout = self.packing.epoch(task.epoch)
         per_split = layout.blocks_per_split
@@ -226,8 +229,9 @@ class PackedReader(BatchReader):
 
     def batches(self, task: BatchTask, sub_reads: int = 1) -> SlicedRead:
         """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
-        fields, piece_starts, block_pieces = self.blocks(task, sub_reads)
+        names, fields, piece_starts, block_pieces = self.blocks(task, sub_reads)
         spec = self.packing.spec
-        tensors = {name: torch.from_numpy(field) for name, field in fields.items()}
+        storage = torch.from_numpy(fields)  # the fields stay views of one storage
+        tensors = {name: storage[i] for i, name in enumerate(names)}
         whole = (tensors, piece_starts, block_pieces, spec.seq_len, "cu_seqlens" in spec.fields)
         return SlicedRead(whole, np.cumsum((0, *task.sizes)).tolist(), cut_blocks)
