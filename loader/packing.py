@@ -102,13 +102,13 @@ def pack_spec(
 ) -> PackSpec | None:
     """The checked packing keywords, or None when not packing."""
     if pack_sequences is None:
-        for name, value, unset in (
-            ("blocks_per_epoch", blocks_per_epoch, None),
-            ("pack_fields", fields, None),
-            ("pack_dtype", dtype, "int64"),
-        ):
-            if value is not unset and value != unset:
-                raise ValueError(f"{name} requires pack_sequences")
+        given = {
+            "blocks_per_epoch": blocks_per_epoch is not None,
+            "pack_fields": fields is not None,
+        }
+        given["pack_dtype"] = not (isinstance(dtype, str) and dtype == "int64")
+        for name in (name for name, set_ in given.items() if set_):
+            raise ValueError(f"{name} requires pack_sequences")
         return None
     if eos_id is None:
         raise ValueError("eos_id is required when pack_sequences is set")
