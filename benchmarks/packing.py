@@ -12,6 +12,9 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
 - `ours ÷ raw Lance read`: tokens/s of ours against reading the token column of the same
   table front to back with `to_batches` into one flat NumPy array per batch (no shuffle,
   no packing): the floor of what any packing reader pays.
+- `ours, narrow`: the same blocks with `pack_fields=["input_ids", "cu_seqlens"]` and
+  `pack_dtype="int32"` (4 bytes a token, as LitData's `TokensLoader` hands out; the other
+  fields derivable on the GPU with `loader.derive_packed_fields`), against the same peers.
 - `resume at 90 %`: time from building the dataset and loader (lengths pass included) to
   the first batch, after `load_state_dict` of a state at 90 % of the epoch, over the same
   for a fresh start; medians of 5, alternating.
@@ -41,6 +44,7 @@ from loader.read.packed_reader import PackedReader, block_documents
 from loader.stream import task_order_indices
 
 SEQ_LEN, SPLITS, BATCH, EOS = 2048, 4, 8, 0
+NARROW = {"pack_fields": ["input_ids", "cu_seqlens"], "pack_dtype": "int32"}
 CLUMPS = (1, 16, 64, 256, 1024)  # the trade-off sweep of shuffle_clump_size, in documents
 
 
@@ -94,14 +98,19 @@ def litdata_read(out: Path, seconds: float) -> float:
     return drain(LitLoader(ds, batch_size=BATCH), lambda b: b.numel(), seconds)
 
 
+CPU_PER_UNIT: list[float] = []  # each drain's process CPU seconds (all threads) per unit
+
+
 def drain(batches: Iterable[Any], count: Callable[[Any], int], seconds: float) -> float:
     """Units per second from starting the iteration (the first read included: with
-    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`."""
-    done, start = 0, time.perf_counter()
+    read_size 8192 it holds 8192 blocks) to the last batch within `seconds`; the CPU
+    seconds per unit go to CPU_PER_UNIT (steadier than wall time on a loaded machine)."""
+    done, start, cpu = 0, time.perf_counter(), time.process_time()
     for batch in batches:
         done += count(batch)
         if time.perf_counter() - start > seconds:
             break
+    CPU_PER_UNIT.append((time.process_time() - cpu) / max(done, 1))
     return done / (time.perf_counter() - start)
 
 
@@ -257,8 +266,11 @@ def main() -> None:
         blocks = len(loader) * BATCH
         print(f"table: {args.docs} documents, {blocks} blocks of {SEQ_LEN} kept (S={SPLITS})")
         next(iter(ours(table)))  # warm: Numba's cached kernels load (~1 s) on first use
+        next(iter(ours(table, **NARROW)))  # and the int32 kernel's
         readers: list[tuple[str, Callable[[], float]]] = [
             (f"ours (default clump {PACKED_CLUMP})", lambda: drain(ours(table), _tokens, args.seconds)),
+            ("ours, narrow (input_ids + cu_seqlens, int32)",
+             lambda: drain(ours(table, **NARROW), _tokens, args.seconds)),
             ("ours, shuffle_clump_size=1 (the old default)",
              lambda: drain(ours(table, shuffle_clump_size=1), _tokens, args.seconds)),
             ("lancedb.streaming pack_sequences", lambda: drain(theirs(table, blocks), _tokens, args.seconds)),
@@ -271,17 +283,35 @@ def main() -> None:
                 ("LitData TokensLoader (shuffle)", lambda: litdata_read(lit_dir, args.seconds))
             )
         rates: dict[str, list[float]] = {}
+        cpus: dict[str, list[float]] = {}
         for rep in range(args.reps):
             for name, run in readers:
                 rates.setdefault(name, []).append(run())
-                print(f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s", flush=True)
-        ours_rates = rates[readers[0][0]]
+                cpus.setdefault(name, []).append(CPU_PER_UNIT[-1] * 1e9)
+                print(
+                    f"  rep {rep + 1} {name:44s} {rates[name][-1]:14,.0f} tokens/s "
+                    f"{cpus[name][-1]:6.2f} CPU ns/token",
+                    flush=True,
+                )
+        ours_rates, narrow_rates = rates[readers[0][0]], rates[readers[1][0]]
         print(f"\nmedians of {args.reps} (range); ratios within a repetition")
         for name, values in rates.items():
             line = f"{name:44s} {statistics.median(values):14,.0f} tokens/s"
             if name != readers[0][0]:
                 ratio = [a / b for a, b in zip(ours_rates, values, strict=True)]
                 line += f"   ours / it = {spread(ratio)}"
+            if name not in (readers[0][0], readers[1][0]):
+                ratio = [a / b for a, b in zip(narrow_rates, values, strict=True)]
+                line += f"   narrow / it = {spread(ratio)}"
+            print(line)
+        print("\nCPU ns a token (process time, all threads; medians; > 1: ours costs less)")
+        mine = [("ours", readers[0][0]), ("narrow", readers[1][0])]
+        key0, key1 = readers[0][0], readers[1][0]
+        for name, values in cpus.items():
+            line = f"{name:44s} {statistics.median(values):8.2f}"
+            for label, key in mine[: 0 if name == key0 else 1 if name == key1 else 2]:
+                ratio = [b / a for a, b in zip(cpus[key], values, strict=True)]
+                line += f"   it / {label} = {spread(ratio)}"
             print(line)
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)

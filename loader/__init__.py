@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.mixture.dataset import CombinedStreamingDataset, MixedDataset
+    from loader.packed_batch import derive_packed_fields
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.tools.rows import RunPosition, StepRows, rows_at_step
@@ -34,6 +35,7 @@ _EXPORTS = {
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
+    "derive_packed_fields": "loader.packed_batch",
     "owned_splits": "loader.layout",
     "rows_at_step": "loader.tools.rows",
     "supported_world_sizes": "loader.layout",
@@ -52,6 +54,7 @@ __all__ = [
     "StreamingDataset",
     "check_world_size",
     "checkpoint",
+    "derive_packed_fields",
     "owned_splits",
     "rows_at_step",
     "supported_world_sizes",

@@ -13,6 +13,9 @@ from loader.readable import Position, Readable, Stream, check_fits
 
 READ_ROWS = 8192  # units per read by default: rows ...
 READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
+# ... of the default batch, whose fields take 32 B a token, plus ~4 B a token read: a packed
+# read holds about READ_BYTES, so a narrow batch (pack_fields/pack_dtype) reads more tokens
+READ_BYTES = READ_TOKENS * (32 + 4)
 DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
 _PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
 _IN_ORDER = (
@@ -39,13 +42,16 @@ def pending_tasks(stream: Stream, progress: Position, per_read: int) -> Iterator
         index = stop
 
 
-def default_read_size(tokens_per_unit: int | None) -> int:
-    """Units per read when the user gives none: 8192 rows, or about 2**18 tokens of blocks
-    (128 of 2048; a read of 8192 such blocks would allocate ~0.5 GB of fields at once, and
-    reads of 512 measured ~1.6x slower per token than reads of 128)."""
+def default_read_size(tokens_per_unit: int | None, field_bytes: int = 32) -> int:
+    """Units per read when the user gives none: 8192 rows, or blocks of about READ_BYTES
+    (the tokens read and the `field_bytes` a token the batch's fields take): 2**18 tokens,
+    128 blocks of 2048, for the default batch (a read of 8192 such blocks would allocate
+    ~0.5 GB of fields at once, and reads of 512 measured ~1.6x slower per token than reads
+    of 128); 576 blocks of int32 input_ids alone, which measured ~1.3x the tokens/s of 128
+    (benchmarks/README.md, #21)."""
     if tokens_per_unit is None:
         return READ_ROWS
-    return max(1, READ_TOKENS // tokens_per_unit)
+    return max(1, READ_BYTES // (field_bytes + 4) // tokens_per_unit)
 
 
 def batching_of(

@@ -157,7 +157,8 @@ class StreamingDataLoader(DataLoader[Any]):
             in which each split's rows form one run) and handed out one by one. The batches
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
             Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
-            worth (128 blocks of 2048).
+            worth (128 blocks of 2048), more for a narrow batch (576 blocks of 2048 with
+            int32 input_ids alone: reads of about the same bytes).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
             read includes starting the workers). torch's `timeout=` applies the same way
@@ -214,7 +215,8 @@ class StreamingDataLoader(DataLoader[Any]):
             reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
-            read_size = batching.default_read_size(dataset.units.tokens_per_unit)
+            units = dataset.units
+            read_size = batching.default_read_size(units.tokens_per_unit, units.field_bytes)
         read_size = args.integer("read_size", read_size, 1)
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)

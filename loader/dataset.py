@@ -54,6 +54,9 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         storage_options: object-store options (default: the LanceDB connection's).
         pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks
             of `pack_sequences` tokens (docs/packing.md); a split's unit is then a block.
+        pack_fields, pack_dtype: what a packed batch holds (None: all five fields) and the
+            dtype of its token fields ("int64", or "int32": 4 bytes a token); the output only,
+            not in the state (`loader.derive_packed_fields` makes the rest on the GPU).
         process_group: the group the table version (and a picked seed) is agreed over:
             by default torch.distributed's group when this dataset's rank/world_size are
             the process's (so a dataset one rank builds alone, rank=0, world_size=1, waits
@@ -82,6 +85,8 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         pad_id: int | None = None,
         blocks_per_epoch: int | None = None,
         process_group: Any = None,
+        pack_fields: list[str] | tuple[str, ...] | None = None,
+        pack_dtype: Any = "int64",
     ) -> None:
         if source is None:
             raise ValueError(
@@ -102,7 +107,16 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
         self._raw_source = source
         self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
         self._unit_request = UnitRequest(
-            pack_spec(pack_sequences, eos_id, pad_id, blocks_per_epoch, columns, self._num_splits),
+            pack_spec(
+                pack_sequences,
+                eos_id,
+                pad_id,
+                blocks_per_epoch,
+                columns,
+                self._num_splits,
+                pack_fields,
+                pack_dtype,
+            ),
             args.callable_or_none("transform", transform),
             args.one_of("on_error", on_error, ON_ERROR),
         )

@@ -30,6 +30,7 @@ import pyarrow.types as pat
 from numpy.typing import NDArray
 
 from loader import args
+from loader.packed_batch import PACK_FIELDS, pack_dtype, pack_fields
 from loader.plan import PlanSpec
 from loader.sources import ResolvedSource, open_source
 from loader.state import KEY_TOKEN_OFFSETS, KEY_TOKENS_DROPPED, PLAN_PACK_SEQUENCES
@@ -40,17 +41,21 @@ TOKEN_MAX = 2**63 - 1  # the largest id an int64 tensor holds
 # one run (1.5-1.6x the tokens/s of single documents, docs/packing.md) and a clump of ~0.5M
 # tokens is still finer than the chunk LitData shuffles (its blocks move within ~2-16M).
 PACKED_CLUMP = 256
+INT64 = np.dtype(np.int64)  # the default batch's dtype
 
 
 @dataclass(frozen=True)
 class PackSpec:
-    """The packing keywords (names as lancedb.streaming) and the token column."""
+    """The packing keywords (names as lancedb.streaming), the token column, and what a
+    batch holds (`fields`, `dtype`: the output only, so not in `identity`)."""
 
     seq_len: int
     eos_id: int
     column: str
     pad_id: int | None = None
     blocks_per_epoch: int | None = None
+    fields: tuple[str, ...] = PACK_FIELDS
+    dtype: np.dtype[Any] = INT64
 
     def __post_init__(self) -> None:
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1:
@@ -68,8 +73,14 @@ class PackSpec:
                     "blocks_per_epoch pads splits that run out of tokens: pass pad_id too"
                 )
 
+    @property
+    def field_bytes(self) -> int:
+        """Bytes a token takes in the batch's (B, seq_len) fields: 32 by default."""
+        return self.dtype.itemsize * len([f for f in self.fields if f != "cu_seqlens"])
+
     def identity(self) -> dict[str, Any]:
-        """What a resume must match (stored in the state's plan)."""
+        """What a resume must match (stored in the state's plan): not the output's fields
+        or dtype, so a run may narrow its batches at a resume."""
         return {
             PLAN_PACK_SEQUENCES: self.seq_len,
             "eos_id": self.eos_id,
@@ -86,18 +97,27 @@ def pack_spec(
     blocks_per_epoch: int | None,
     columns: list[str] | None,
     num_splits: int,
+    fields: Any = None,
+    dtype: Any = "int64",
 ) -> PackSpec | None:
     """The checked packing keywords, or None when not packing."""
     if pack_sequences is None:
-        if blocks_per_epoch is not None:
-            raise ValueError("blocks_per_epoch requires pack_sequences")
+        given = {
+            "blocks_per_epoch": blocks_per_epoch is not None,
+            "pack_fields": fields is not None,
+        }
+        given["pack_dtype"] = not (isinstance(dtype, str) and dtype == "int64")
+        for name in (name for name, set_ in given.items() if set_):
+            raise ValueError(f"{name} requires pack_sequences")
         return None
     if eos_id is None:
         raise ValueError("eos_id is required when pack_sequences is set")
-    token_limit = TOKEN_MAX + 1  # ids land in int64 tensors
+    kept, ids = pack_fields(fields), pack_dtype(dtype)
+    token_limit = int(np.iinfo(ids).max) + 1  # ids land in tensors of `pack_dtype`
     seq_len = args.integer("pack_sequences", pack_sequences, 1)
-    eos = args.integer("eos_id", eos_id, -token_limit, token_limit)
-    pad = args.optional_integer("pad_id", pad_id, -token_limit, token_limit)
+    narrow = "" if ids == np.int64 else f" (pack_dtype={ids.name})"
+    eos = args.integer(f"eos_id{narrow}", eos_id, -token_limit, token_limit)
+    pad = args.optional_integer(f"pad_id{narrow}", pad_id, -token_limit, token_limit)
     blocks = args.optional_integer("blocks_per_epoch", blocks_per_epoch, 1)
     if columns is None or len(columns) != 1:
         raise ValueError(
@@ -106,10 +126,12 @@ def pack_spec(
         )
     if blocks is not None and blocks % num_splits:
         raise ValueError(f"blocks_per_epoch={blocks} must be divisible by num_splits={num_splits}")
-    return PackSpec(seq_len, eos, columns[0], pad, blocks)
+    return PackSpec(seq_len, eos, columns[0], pad, blocks, kept, ids)
 
 
-def _check_token_column(name: str, column: pa.ChunkedArray | pa.Array) -> None:
+def _check_token_column(
+    name: str, column: pa.ChunkedArray | pa.Array, dtype: np.dtype[Any]
+) -> None:
     kind = column.type
     if not (pat.is_list(kind) or pat.is_large_list(kind)) or not pat.is_integer(kind.value_type):
         raise ValueError(
@@ -121,10 +143,12 @@ def _check_token_column(name: str, column: pa.ChunkedArray | pa.Array) -> None:
             f"token column {name!r} has {column.null_count} null document(s); use an empty "
             f"list, or exclude them with filter='{name} IS NOT NULL'"
         )
-    check_token_values(name, pc.list_flatten(column))
+    check_token_values(name, pc.list_flatten(column), dtype)
 
 
-def check_token_values(name: str, values: pa.ChunkedArray | pa.Array) -> None:
+def check_token_values(
+    name: str, values: pa.ChunkedArray | pa.Array, dtype: np.dtype[Any] = INT64
+) -> None:
     """Token ids land in int64 tensors: a null token (NumPy would make it a float NaN, then
     -2**63) or a uint64 id of 2**63 or more (it would wrap negative) is an error."""
     if values.null_count:
@@ -141,10 +165,31 @@ def check_token_values(name: str, values: pa.ChunkedArray | pa.Array) -> None:
                 f"1), the largest an int64 input_ids tensor holds; store ids as int64/uint32 "
                 f"or remap them below 2**63"
             )
+    if dtype != np.int64 and len(values):
+        _check_narrow(name, values, dtype)
 
 
-def token_lengths(source: ResolvedSource, column: str) -> NDArray[np.int32]:
-    """Tokens of every document, by plan position: the one-off pass over the column."""
+def _check_narrow(name: str, values: pa.ChunkedArray | pa.Array, dtype: np.dtype[Any]) -> None:
+    """With a narrower `pack_dtype`, every id must fit it (a wider column is checked by its
+    min and max, once, in the lengths pass: nothing wraps silently later)."""
+    bounds = np.iinfo(dtype)
+    column = np.iinfo(values.type.to_pandas_dtype())
+    if column.min >= bounds.min and column.max <= bounds.max:
+        return
+    low, high = (v.as_py() for v in pc.min_max(values).values())
+    if low < bounds.min or high > bounds.max:
+        raise ValueError(
+            f"token column {name!r} ({values.type}) holds ids in [{low}, {high}], outside "
+            f"pack_dtype={dtype.name}'s [{bounds.min}, {bounds.max}]; pass pack_dtype='int64' "
+            f"or remap the ids"
+        )
+
+
+def token_lengths(
+    source: ResolvedSource, column: str, dtype: np.dtype[Any] = INT64
+) -> NDArray[np.int32]:
+    """Tokens of every document, by plan position: the one-off pass over the column (its
+    ids checked to fit `dtype`, the batch's)."""
     rows = open_source(source.spec)
     positions = source.rows if source.rows is not None else None
     out = np.empty(source.num_rows, dtype=np.int32)
@@ -154,7 +199,7 @@ def token_lengths(source: ResolvedSource, column: str) -> NDArray[np.int32]:
             np.arange(start, stop, dtype=np.int64) if positions is None else positions[start:stop]
         )
         tokens = rows.take(chunk).column(column)
-        _check_token_column(column, tokens)
+        _check_token_column(column, tokens, dtype)
         out[start:stop] = pc.list_value_length(tokens).to_numpy(zero_copy_only=False)
     return out
 

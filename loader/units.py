@@ -31,6 +31,11 @@ class Units(Protocol):
         """A packed block's seq_len; None for rows."""
         ...
 
+    @property
+    def field_bytes(self) -> int:
+        """Bytes a token takes in a packed batch's fields (what sizes a read); 0 for rows."""
+        ...
+
     def per_split(self, epoch: int) -> int:
         """What a split's cursor counts up to in `epoch` (L rows, or the epoch's blocks)."""
         ...
@@ -59,6 +64,10 @@ class RowUnits:
     def tokens_per_unit(self) -> int | None:
         return None
 
+    @property
+    def field_bytes(self) -> int:
+        return 0
+
     def per_split(self, epoch: int) -> int:
         return self.plan.rows_per_split
 
@@ -85,6 +94,10 @@ class BlockUnits:
     @property
     def tokens_per_unit(self) -> int | None:
         return self.packing.spec.seq_len
+
+    @property
+    def field_bytes(self) -> int:
+        return self.packing.spec.field_bytes
 
     def per_split(self, epoch: int) -> int:
         return self.packing.blocks_per_split(epoch)
@@ -123,6 +136,6 @@ class UnitRequest:
         from loader.read.packed_reader import PackedReader
 
         if lengths is None:  # the one-off pass, per version
-            lengths = token_lengths(resolved, self.pack.column)
+            lengths = token_lengths(resolved, self.pack.column, self.pack.dtype)
         packing = PackedTokens(self.pack, plan, lengths)
         return BlockUnits(plan, PackedReader(resolved, plan, packing), packing)

@@ -136,6 +136,16 @@ class MixedDataset:
                 f"the datasets of a mixture must all pack to one seq_len, or none pack: got "
                 f"pack_sequences {sorted(packed, key=str)}"
             )
+        outputs = {
+            (ds.packing.spec.fields, ds.packing.spec.dtype.name)
+            for ds in self.datasets
+            if ds.packing
+        }
+        if len(outputs) > 1:
+            raise ValueError(
+                f"the packed datasets of a mixture must give one batch: the same pack_fields "
+                f"and pack_dtype on each, got {sorted(outputs)}"
+            )
 
     # -- what the loader reads ----------------------------------------------------------
 
