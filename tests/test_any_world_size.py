@@ -70,7 +70,8 @@ def test_loss_scale_gives_the_global_batch_gradient_with_unequal_slices() -> Non
         got = gradients(batches, scales)
         assert len(got) == len(one) == 3
         for a, b in zip(got, one, strict=True):
-            assert torch.allclose(a, b, rtol=0, atol=1e-12), (world, a, b)
+            # a few ulps of float64 (the sums run in another order); a wrong scale is ~1 % off
+            assert torch.allclose(a, b, rtol=1e-12, atol=0), (world, a, b)
 
 
 def batches_of_step(batches: list[list[dict[str, Any]]], step: int) -> list[dict[str, Any]]:
