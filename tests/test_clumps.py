@@ -1,6 +1,5 @@
-"""Whole-unit reads (loader/read/clumps.py) of packed tokens and of fixed-width rows: the same
-batches as one sorted take of exactly the rows, each unit read once per process, and the packed
-clump default."""
+"""Whole-unit reads of packed tokens (loader/read/clumps.py): the same batches as one sorted take
+of exactly the documents, each unit read once per process, and the packed clump default."""
 
 from __future__ import annotations
 
@@ -20,19 +19,8 @@ from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.packing import PACKED_CLUMP
-from loader.read.clumps import (
-    ReadUnits,
-    UnitCache,
-    contiguous_ranges,
-    gather,
-    gather_rows,
-    read_units,
-    split_units,
-)
-from loader.read.convert import fixed_row_bytes
+from loader.read.clumps import ReadUnits, UnitCache, gather, read_units, split_units
 from loader.read.packed_reader import PackedReader
-from loader.read.reader import BatchReader
-from tests.tables import make_rows
 from tests.test_packing import token_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "packed-state-before-clump-default.json"
@@ -189,110 +177,3 @@ def test_a_packed_state_saved_with_the_old_default_resumes_with_its_clump_passed
     loader = StreamingDataLoader(StreamingDataset(table, shuffle_clump_size=1, **kw), batch_size=2)
     loader.load_state_dict(saved["state"])
     assert next(iter(loader))["input_ids"].tolist() == saved["next_input_ids"]
-
-
-def row_batches(
-    source: Any, units: bool, batch_size: int = 3, **kw: Any
-) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
-    """Every batch of one epoch of rows (w = 0: rows are read by whole clumps only in the
-    main process), how many reads came from whole units, and the state at the end."""
-    loader_kw = {"read_size": kw.pop("read_size", 4 * batch_size)}
-    loader_kw |= {"drop_last": kw.pop("drop_last", False)}
-    kw = {"columns": ["id", "x", "label"], "rank": 0, "world_size": 1} | kw
-    ds = StreamingDataset(source, **kw)
-    reader = ds.reader
-    assert isinstance(reader, BatchReader) and not isinstance(reader, PackedReader)
-    reader.unit_reads = units
-    used = []
-    from_units = reader._rows_from_units
-    reader._rows_from_units = lambda *a: used.append(1) or from_units(*a)  # type: ignore[method-assign]
-    loader = StreamingDataLoader(ds, batch_size=batch_size, **loader_kw)
-    return list(loader), len(used), loader.state_dict()
-
-
-def assert_same_rows(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> None:
-    assert len(left) == len(right)
-    for a, b in zip(left, right, strict=True):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert torch.equal(a[key], b[key]), key
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    rows=st.integers(40, 300),
-    clump=st.integers(1, 40),
-    splits=st.sampled_from([1, 2, 4, 6]),
-    batch_size=st.integers(1, 7),
-    reads=st.integers(1, 5),
-    shuffle=st.booleans(),
-    drop_last=st.booleans(),
-)
-def test_whole_clump_row_reads_give_the_same_batches_and_state(
-    rows: int,
-    clump: int,
-    splits: int,
-    batch_size: int,
-    reads: int,
-    shuffle: bool,
-    drop_last: bool,
-) -> None:
-    table = make_rows(0, rows)
-    kw = {"num_splits": splits, "shuffle_clump_size": clump, "shuffle": shuffle}
-    kw |= {"shuffle_seed": 3, "drop_last": drop_last, "read_size": reads * batch_size}
-    exact, none, exact_state = row_batches(table, False, batch_size=batch_size, **kw)
-    whole, _, whole_state = row_batches(table, True, batch_size=batch_size, **kw)
-    assert none == 0
-    assert_same_rows(exact, whole)
-    assert exact_state == whole_state
-
-
-def test_whole_clump_row_reads_are_the_default_for_fixed_width_rows_of_a_local_lance_table(
-    tmp_path: Path,
-) -> None:
-    import lance
-
-    uri = str(tmp_path / "rows.lance")
-    lance.write_dataset(make_rows(0, 900), uri, max_rows_per_file=250)  # ranges cross files
-    dataset = lance.dataset(uri)
-    dataset.delete("id % 7 = 3")  # logical offsets skip deleted rows
-    kw = {"num_splits": 4, "shuffle_clump_size": 32, "batch_size": 8}
-    one = {"num_splits": 1, "rank": 0, "world_size": 1}
-    default = StreamingDataset(dataset, columns=["id", "x", "label"], **one)
-    assert default.reader.unit_reads
-    exact, _, _ = row_batches(dataset, False, **kw)
-    whole, used, _ = row_batches(dataset, True, **kw)
-    assert used > 0  # the path under test ran
-    assert_same_rows(exact, whole)
-    for off in (StreamingDataset(make_rows(0, 60), **one),  # not a Lance file
-                StreamingDataset(dataset, filter="id < 400", **one)):  # fmt: skip
-        assert not off.reader.unit_reads
-    strings = StreamingDataset(dataset, columns=["id", "name"], **one)
-    list(StreamingDataLoader(strings, batch_size=64))
-    assert strings.reader._row_bytes == 0  # not fixed width: no units, whatever the flag
-
-
-def test_whole_clump_row_reads_hold_with_a_filter() -> None:
-    table = make_rows(0, 400)
-    kw = {"num_splits": 4, "shuffle_clump_size": 16, "filter": pc.field("label") != 2}
-    exact, _, _ = row_batches(table, False, **kw)
-    whole, used, _ = row_batches(table, True, **kw)
-    assert used > 0
-    assert_same_rows(exact, whole)
-
-
-def test_gather_rows_slices_consecutive_rows_and_takes_the_rest() -> None:
-    table = make_rows(0, 12)
-    units = ReadUnits(clump=4, size=4, num_rows=12)
-    loaded = {u: table.slice(4 * u, 4) for u in range(3)}
-    positions = np.array([1, 2, 4, 7, 8, 9, 10, 11], dtype=np.int64)  # a gap inside unit 1
-    got = gather_rows(units.runs(positions), positions, loaded)
-    assert got.equals(table.take(pa.array(positions)))
-    assert contiguous_ranges(positions) == [(1, 3), (4, 5), (7, 12)]
-    assert units.runs(np.empty(0, dtype=np.int64)) == []
-
-
-def test_fixed_row_bytes_counts_tensor_columns_only() -> None:
-    assert fixed_row_bytes(make_rows(0, 1).select(["id", "x", "label"]).schema) == 8 + 16 + 8
-    assert fixed_row_bytes(make_rows(0, 1).schema) == 0  # a string column
-    assert fixed_row_bytes(pa.schema([("flag", pa.bool_()), ("h", pa.float16())])) == 3

@@ -76,9 +76,8 @@ class ReadUnits:
         return self.size * per_row * splits >= MIN_REUSE * task_amount * max(1, workers)
 
     def runs(self, positions: NDArray[np.int64]) -> list[tuple[int, int, int, int, bool]]:
-        """(unit, a, b, first, whole) for each run of `positions` in one unit: `positions[a:b]`
-        lie in `unit` from its row `first` on, and `whole` says they are consecutive rows.
-        Within a run positions ascend (plan positions in split order do, as sorted ones)."""
+        """(unit, a, b, first, whole), one a unit: ascending `positions[a:b]` lie in `unit`
+        from its row `first` on, and `whole` says they are consecutive rows."""
         if not len(positions):
             return []
         ids = self.ids(positions)
@@ -192,8 +191,8 @@ def gather_rows(
     positions: NDArray[np.int64],
     loaded: dict[int, pa.Table],
 ) -> pa.Table:
-    """The rows at plan `positions`, in that order, from their loaded units by their `runs`
-    (`ReadUnits.runs`): one chunk a run, consecutive rows sliced (no copy)."""
+    """The rows at ascending plan `positions`, in that order, from their loaded units by
+    their `runs` (`ReadUnits.runs`): one chunk a run, consecutive rows sliced (no copy)."""
     parts = []
     for unit, a, b, first, whole in runs:
         if whole:

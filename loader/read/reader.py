@@ -170,20 +170,14 @@ class BatchReader(Dataset[Sequence[Any]]):
             self._epoch_plan = self.plan.epoch(epoch)
         return self._epoch_plan
 
-    def split_order(self, task: BatchTask) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Plan positions of a task's rows split by split (ascending order index), and
-        `by_split`: where each of those rows is in stream order."""
-        order_idx = task_order_indices(task, self.plan.rows_per_split)
-        # Ask the plan split by split, so consecutive rows share a clump and its
-        # permutation is computed once.
-        by_split = np.argsort(order_idx, kind="stable")
-        return self._plan_of(task.epoch).order(order_idx[by_split]), by_split
-
     def plan_positions(self, task: BatchTask) -> NDArray[np.int64]:
         """Plan positions of a task's rows, in stream order."""
-        in_splits, by_split = self.split_order(task)
-        positions = np.empty_like(in_splits)
-        positions[by_split] = in_splits
+        order_idx = task_order_indices(task, self.plan.rows_per_split)
+        # Ask the plan split by split (ascending order index), so consecutive rows share a
+        # clump and its permutation is computed once, then put them back in stream order.
+        by_split = np.argsort(order_idx, kind="stable")
+        positions = np.empty_like(order_idx)
+        positions[by_split] = self._plan_of(task.epoch).order(order_idx[by_split])
         return positions
 
     def table_rows(self, positions: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -224,21 +218,16 @@ class BatchReader(Dataset[Sequence[Any]]):
         return units
 
     def _row_units(self, task: BatchTask) -> ReadUnits | None:
-        """Whole-clump reads of rows, in the main process only: a DataLoader worker sees
-        every w-th task, so each re-reads every clump (0.77x the rows/s at w = 2, measured)."""
-        if not self.unit_reads or not self._row_bytes or get_worker_info() is not None:
+        if not self.unit_reads or not self._row_bytes or not task.count:
             return None  # the first read tells whether rows are fixed width
         return self.paying_units(task, self._row_bytes, 1.0, task.count)
 
     def _rows_from_units(
-        self, units: ReadUnits, task: BatchTask
-    ) -> tuple[pa.Table, NDArray[np.int64]]:
-        """The task's rows split by split from whole units read once each (the missing ones
-        by one range read: Lance reads ranges of a clump ~2x faster than runs of a take),
-        and the order that puts them in stream order. A unit's rows are ascending in split
-        order, so no second sort."""
+        self, units: ReadUnits, positions: NDArray[np.int64], capacity: int
+    ) -> pa.Table:
+        """The rows at ascending plan positions, from whole units read once each (the missing
+        ones by one range read: Lance reads ranges of a clump ~2x faster than runs of a take)."""
         with_retries(self._rows, self._policy())  # open (or reopen after a fork) first
-        positions, by_split = self.split_order(task)
         runs = units.runs(positions)
         wanted = [run[0] for run in runs]
 
@@ -249,12 +238,8 @@ class BatchReader(Dataset[Sequence[Any]]):
             starts = np.cumsum([0] + [b - a for a, b in spans]).tolist()
             return [whole.slice(a, b - a) for a, b in itertools.pairwise(starts)]
 
-        # the units the task's splits use now, and the one each reads next
-        capacity = 2 * task.split_count + 2
         loaded = dict(zip(wanted, self.unit_cache().get(wanted, read, capacity), strict=True))
-        restore = np.empty_like(by_split)
-        restore[by_split] = np.arange(len(by_split))
-        return gather_rows(runs, positions, loaded), restore
+        return gather_rows(runs, positions, loaded)
 
     def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
@@ -266,8 +251,9 @@ class BatchReader(Dataset[Sequence[Any]]):
             table, restore = self.read(self.positions(task), sub_reads)
             if self._row_bytes is None:
                 self._row_bytes = fixed_row_bytes(table.schema)
-        else:
-            table, restore = self._rows_from_units(units, task)
+        else:  # the units the task's splits use now, and the one each reads next
+            wanted, restore = ascending(self.plan_positions(task))
+            table = self._rows_from_units(units, wanted, 2 * task.split_count + 2)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:
