@@ -1,26 +1,20 @@
-"""Whole-clump reads: read a clump once, serve the tasks that draw from it from memory.
+"""Whole-clump reads for packed tokens: read a clump of documents once, pack tasks from memory.
 
-With a clump shuffle (`shuffle_clump_size` = C rows or documents), table positions
-[j·C, (j+1)·C) are consumed together and in order by one split, so a split's next rows lie
-in its current clump. Reading task by task costs one `take` run per split and task, and a
-`take` costs per run, not per byte; reading the clump once (one contiguous run) and serving
+With a clump shuffle (`shuffle_clump_size` = C documents), table documents [j·C, (j+1)·C) are
+consumed together and in order by one split, so a split's next blocks lie in its current
+clump. Reading the documents task by task costs one `take` run per split and task, and a
+`take` costs per run, not per byte; reading the clump once (one contiguous run) and packing
 the next tasks from memory costs one run per clump. The batches are the same either way:
-only how the same rows reach the conversion (or the packing kernel) changes.
-
-Where it is used, as measured (benchmarks/README.md, issue #21):
-- packed tokens on object stores, where a run is a request (4x the tokens/s at S = 4, ~20x
-  at S = 48 on a loopback S3 server); from a local file Lance's sorted take of the same runs
-  measured as fast, so packing reads those locally;
-- fixed-width rows from a local Lance table: one `take` of a contiguous range per clump
-  (Lance's contiguous path) instead of one multi-run take per read (~1.8x faster takes).
+only how the same documents reach the packing kernel changes. Used where a run is a request
+(object stores: 4x the tokens/s at S = 4, ~20x at S = 48 on a loopback S3 server); from a
+local file Lance's sorted take of the same runs measured as fast, so it reads those.
 
 The unit read is a clump, or a C-aligned piece of one when a clump holds more than the
 budget (`unit_budget`); without shuffling (one clump of everything) it is such a piece.
 Memory: a process keeps the 2·S_r + 2 units it used last (S_r: the rank's splits), each of
-at most `UNIT_BYTES` and together `CACHE_BYTES` on average (128 MiB), plus the units of
-reads in flight: about (2·S_r + 2) × C × row bytes. Units only pay when a process serves
-several tasks from each; with w DataLoader workers each sees every w-th task, so `pays`
-checks per task.
+at most `UNIT_TOKENS` tokens and together `CACHE_TOKENS` on average (128 MiB of int32 ids),
+plus the units of reads in flight. Read units only pay when a process packs several tasks from
+each; with w DataLoader workers each sees every w-th task, so `pays` checks per task.
 """
 
 from __future__ import annotations
@@ -33,15 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from numpy.typing import NDArray
 
 from loader.kernels.ragged import _ragged_take
 
-UNIT_BYTES = 4 << 20  # bytes of one read unit, at most
-CACHE_BYTES = 128 << 20  # bytes a process keeps in units, on average
-TOKEN_BYTES = 4  # what a token of a packed unit is counted as (an int32 id)
-MIN_REUSE = 2  # tasks a process should serve from a unit for whole-unit reads to pay
+UNIT_TOKENS = 1 << 20  # tokens of one read unit, at most (4 MiB of int32)
+CACHE_TOKENS = 1 << 25  # tokens a process keeps in units, on average (128 MiB of int32)
+MIN_REUSE = 2  # tasks a process should pack from a unit for whole-unit reads to pay
 
 Docs = tuple[NDArray[Any], NDArray[np.int64]]  # documents as (values, offsets from 0)
 
@@ -70,46 +62,22 @@ class ReadUnits:
         start = clump * self.clump + piece * self.size
         return start, min(start + self.size, (clump + 1) * self.clump, self.num_rows)
 
-    def pays(self, per_row: float, splits: int, task_amount: int, workers: int) -> bool:
-        """Whether this process serves at least MIN_REUSE tasks from each unit it reads
-        (`per_row` and `task_amount` in one measure: rows, or tokens)."""
-        return self.size * per_row * splits >= MIN_REUSE * task_amount * max(1, workers)
-
-    def runs(self, positions: NDArray[np.int64]) -> list[tuple[int, int, int, int, bool]]:
-        """(unit, a, b, first, whole), one a unit: ascending `positions[a:b]` lie in `unit`
-        from its row `first` on, and `whole` says they are consecutive rows."""
-        if not len(positions):
-            return []
-        ids = self.ids(positions)
-        edges = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-        a, b = np.concatenate(([0], edges)), np.append(edges, len(positions))
-        unit = ids[a]
-        clump, piece = np.divmod(unit, self.pieces)
-        first = positions[a] - (clump * self.clump + piece * self.size)
-        whole = positions[b - 1] - positions[a] == b - a - 1
-        bounds = (a.tolist(), b.tolist(), first.tolist(), whole.tolist())
-        return list(zip(unit.tolist(), *bounds, strict=True))
-
-
-def contiguous_ranges(positions: NDArray[np.int64]) -> list[tuple[int, int]]:
-    """Ascending unique `positions` as [start, stop) ranges of consecutive ones."""
-    edges = np.flatnonzero(np.diff(positions) != 1) + 1
-    a, b = np.concatenate(([0], edges)), np.append(edges, len(positions))
-    return list(zip(positions[a].tolist(), (positions[b - 1] + 1).tolist(), strict=True))
+    def pays(self, tokens_per_doc: float, splits: int, task_tokens: int, workers: int) -> bool:
+        """Whether this process packs at least MIN_REUSE tasks from each unit it reads."""
+        return self.size * tokens_per_doc * splits >= MIN_REUSE * task_tokens * max(1, workers)
 
 
 def unit_budget(splits: int) -> int:
-    """Bytes per unit: UNIT_BYTES, less when 2·S_r + 2 units would pass CACHE_BYTES."""
-    return min(UNIT_BYTES, CACHE_BYTES // (2 * splits + 2))
+    """Tokens per unit: UNIT_TOKENS, less when 2·S_r + 2 units would pass CACHE_TOKENS."""
+    return min(UNIT_TOKENS, CACHE_TOKENS // (2 * splits + 2))
 
 
 def read_units(
-    clump: int, num_rows: int, row_bytes: float, splits: int, shuffle: bool
+    clump: int, num_rows: int, tokens_per_doc: float, splits: int, shuffle: bool
 ) -> ReadUnits | None:
-    """How to group positions for whole-unit reads (rows of `row_bytes` each, on average),
-    or None when a unit would be one row."""
+    """How to group positions for whole-unit reads, or None when a unit would be 1 document."""
     clump = clump if shuffle else num_rows  # no shuffle: the order is one clump, the identity
-    size = min(clump, int(unit_budget(splits) // max(row_bytes, float(TOKEN_BYTES))))
+    size = min(clump, int(unit_budget(splits) // max(tokens_per_doc, 1.0)))
     return ReadUnits(clump, size, num_rows) if size >= 2 else None
 
 
@@ -169,34 +137,23 @@ def gather(
     units: ReadUnits, positions: NDArray[np.int64], loaded: dict[int, Docs]
 ) -> tuple[NDArray[Any], NDArray[np.int64]]:
     """The documents at ascending plan `positions`, in that order, from their loaded units."""
+    ids = units.ids(positions)
+    edges = np.flatnonzero(np.diff(ids)) + 1
+    starts = np.concatenate(([0], edges)).tolist()
+    stops = [*edges.tolist(), len(positions)]
     parts, lengths = [], []
-    for unit, a, b, first, whole in units.runs(positions):
+    for a, b in zip(starts, stops, strict=True):
+        unit = int(ids[a])
         values, offsets = loaded[unit]
-        if whole:  # consecutive documents: a slice, no copy here
-            last = first + b - a
-            parts.append(values[offsets[first] : offsets[last]])
-            lengths.append(np.diff(offsets[first : last + 1]))
+        rows = positions[a:b] - units.span(unit)[0]
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first + 1 == len(rows):  # consecutive documents: a slice, no copy here
+            parts.append(values[offsets[first] : offsets[last + 1]])
+            lengths.append(np.diff(offsets[first : last + 2]))
         else:
-            rows = positions[a:b] - (positions[a] - first)
             taken, taken_offsets = _ragged_take(values, offsets, rows)
             parts.append(taken)
             lengths.append(np.diff(taken_offsets))
     out_offsets = np.zeros(len(positions) + 1, dtype=np.int64)
     np.cumsum(np.concatenate(lengths), out=out_offsets[1:])
     return np.concatenate(parts), out_offsets
-
-
-def gather_rows(
-    runs: list[tuple[int, int, int, int, bool]],
-    positions: NDArray[np.int64],
-    loaded: dict[int, pa.Table],
-) -> pa.Table:
-    """The rows at ascending plan `positions`, in that order, from their loaded units by
-    their `runs` (`ReadUnits.runs`): one chunk a run, consecutive rows sliced (no copy)."""
-    parts = []
-    for unit, a, b, first, whole in runs:
-        if whole:
-            parts.append(loaded[unit].slice(first, b - a))
-        else:
-            parts.append(loaded[unit].take(pa.array(positions[a:b] - (positions[a] - first))))
-    return pa.concat_tables(parts)

@@ -104,19 +104,6 @@ def _check_no_nulls(name: str, arr: pa.Array) -> None:
         )
 
 
-def fixed_row_bytes(schema: pa.Schema) -> int:
-    """Bytes of one row when every column becomes a tensor of fixed width, else 0."""
-    total = 0
-    for kind in schema.types:
-        if pat.is_fixed_size_list(kind) and _numeric_type(kind.value_type):
-            total += kind.list_size * max(1, kind.value_type.bit_width // 8)
-        elif _numeric_type(kind):
-            total += max(1, kind.bit_width // 8)
-        else:
-            return 0
-    return total
-
-
 def column_to_numpy(arr: pa.Array) -> NDArray[Any] | None:
     """A NumPy view of a null-free numeric column (fixed-size lists as 2-D), or None."""
     if _numeric_type(arr.type):

@@ -18,15 +18,19 @@ A batch is a dict of (B, seq_len) int64 tensors and one int32 vector:
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import torch
 from numpy.typing import NDArray
+from torch.utils.data import get_worker_info
 
 from loader.kernels.ragged import PackedArrays, _pack_blocks
 from loader.packing import EpochBlocks, PackedTokens
 from loader.plan import PlanSpec
-from loader.read.clumps import TOKEN_BYTES, Docs, ReadUnits, gather, split_units
+from loader.read.clumps import Docs, ReadUnits, UnitCache, gather, read_units, split_units
 from loader.read.convert import ragged_parts, single_array
 from loader.read.reader import BatchReader, SlicedRead
 from loader.sources import ResolvedSource
@@ -109,6 +113,13 @@ class PackedReader(BatchReader):
         # a local S3 server); from a local file a sorted take of the same runs is as fast
         self.unit_reads = is_object_store(uri) and not uri.startswith("memory://")
         self._mean_tokens: float | None = None
+        self._cache: UnitCache | None = None
+        self._cache_pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_cache"], state["_cache_pid"] = None, -1  # a lock and read data stay here
+        return state
 
     def blocks(self, task: BatchTask, sub_reads: int = 1) -> PackedArrays:
         """(input_ids, labels, position_ids, document_ids) of the task's blocks, in stream
@@ -154,32 +165,43 @@ class PackedReader(BatchReader):
 
     def _documents(self, positions: NDArray[np.int64], sub_reads: int) -> Docs:
         """Exactly the documents at ascending plan positions: one sorted take."""
-        return ragged_parts(self._column(self.table_rows(positions), sub_reads))
+        rows = self.source.rows
+        return ragged_parts(self._column(positions if rows is None else rows[positions], sub_reads))
 
     def _units_for(self, task: BatchTask) -> ReadUnits | None:
         """The read units when whole-unit reads pay for this task in this process, else None."""
+        splits = task.split_count
         if not self.unit_reads:
             return None
         if self._mean_tokens is None:
             self._mean_tokens = float(self.packing.lengths.mean()) + 1  # + eos
-        mean, task_tokens = self._mean_tokens, task.count * self.packing.spec.seq_len
-        return self.paying_units(task, TOKEN_BYTES * mean, mean, task_tokens)
+        plan = self.plan
+        units = read_units(plan.clump_size, plan.num_rows, self._mean_tokens, splits, plan.shuffle)
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        task_tokens = task.count * self.packing.spec.seq_len
+        if units is None or not units.pays(self._mean_tokens, splits, task_tokens, workers):
+            return None
+        return units
 
     def _from_units(
         self, units: ReadUnits, positions: NDArray[np.int64], task: BatchTask, sub_reads: int
     ) -> Docs:
         """The documents at ascending plan positions, from whole units (read once each)."""
+        if self._cache is None or self._cache_pid != os.getpid():  # a forked child starts empty
+            self._cache, self._cache_pid = UnitCache(), os.getpid()
         wanted = np.unique(units.ids(positions)).tolist()
 
         def read(missing: list[int]) -> list[Docs]:
             spans = [units.span(unit) for unit in missing]
             plan_rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
-            column = self._column(self.table_rows(plan_rows), sub_reads)
+            rows = self.source.rows
+            column = self._column(plan_rows if rows is None else rows[plan_rows], sub_reads)
             values, offsets = ragged_parts(column)
             return split_units(values, offsets, [b - a for a, b in spans])
 
         capacity = 2 * task.split_count + 2
-        loaded = dict(zip(wanted, self.unit_cache().get(wanted, read, capacity), strict=True))
+        loaded = dict(zip(wanted, self._cache.get(wanted, read, capacity), strict=True))
         return gather(units, positions, loaded)
 
     def batches(self, task: BatchTask, sub_reads: int = 1) -> SlicedRead:

@@ -19,14 +19,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
-from torch.utils.data import Dataset, default_collate, get_worker_info
+from torch.utils.data import Dataset, default_collate
 
 from loader.plan import EpochPlan, PlanSpec
-from loader.read.clumps import ReadUnits, UnitCache, contiguous_ranges, gather_rows, read_units
-from loader.read.convert import fixed_row_bytes, table_to_batch
+from loader.read.convert import table_to_batch
 from loader.read.prefetch import take_in_parts
 from loader.read.retry import ReadPolicy, with_retries
-from loader.sources import ResolvedSource, RowSource, is_remote, open_source
+from loader.sources import ResolvedSource, RowSource, open_source
 from loader.stream import BatchTask, task_order_indices
 
 OnError = Literal["raise", "skip", "warn"]
@@ -44,14 +43,6 @@ def _pinned_parts(whole: Any) -> Any:
     if isinstance(whole, tuple):
         return tuple(_pinned_parts(v) for v in whole)
     return whole.pin_memory() if hasattr(whole, "pin_memory") else whole
-
-
-def ascending(positions: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The positions in ascending order, and the order that restores the request."""
-    order = np.argsort(positions, kind="stable")
-    restore = np.empty_like(order)
-    restore[order] = np.arange(len(order))
-    return positions[order], restore
 
 
 class SlicedRead(Sequence[Any]):
@@ -105,20 +96,11 @@ class BatchReader(Dataset[Sequence[Any]]):
         self._pool_size = 0
         self._read_policy: ReadPolicy | None = None
         self.skipped_rows = 0  # rows on_error skipped in this process
-        # whole-clump reads of rows (loader.read.clumps): from a local Lance table one take
-        # of a clump's range measured ~1.8x faster than its runs inside a multi-run take
-        spec = source.spec
-        local_lance = spec.kind in ("lance", "lancedb") and not is_remote(spec)
-        self.unit_reads = local_lance and source.rows is None
-        self._row_bytes: int | None = None  # of a fixed-width row; 0: not fixed width
-        self._cache: UnitCache | None = None
-        self._cache_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_opened"], state["_pid"], state["_epoch_plan"] = None, -1, None
         state["_threads"] = None
-        state["_cache"], state["_cache_pid"] = None, -1  # a lock and read data stay here
         return state
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
@@ -142,18 +124,10 @@ class BatchReader(Dataset[Sequence[Any]]):
             )
         return self._threads
 
-    def _take(self, positions: NDArray[np.int64], ranges: bool = False) -> pa.Table:
-        """Every row at `positions`, retrying transient failures; never fewer rows. With
-        `ranges`, by ranges of consecutive positions where the source reads those faster."""
+    def _take(self, positions: NDArray[np.int64]) -> pa.Table:
+        """Every row at `positions`, retrying transient failures; never fewer rows."""
         uri = self.source.spec.uri
-
-        def take() -> pa.Table:
-            rows: Any = self._rows()
-            if ranges and hasattr(rows, "take_ranges"):
-                return rows.take_ranges(contiguous_ranges(positions))
-            return rows.take(positions)
-
-        table = with_retries(take, self._policy())
+        table = with_retries(lambda: self._rows().take(positions), self._policy())
         if table.num_rows != len(positions):
             raise RuntimeError(
                 f"a read of {len(positions)} rows from {uri!r} returned {table.num_rows}"
@@ -170,90 +144,35 @@ class BatchReader(Dataset[Sequence[Any]]):
             self._epoch_plan = self.plan.epoch(epoch)
         return self._epoch_plan
 
-    def plan_positions(self, task: BatchTask) -> NDArray[np.int64]:
-        """Plan positions of a task's rows, in stream order."""
+    def positions(self, task: BatchTask) -> NDArray[np.int64]:
+        """Table positions of a task's rows, in stream order."""
         order_idx = task_order_indices(task, self.plan.rows_per_split)
         # Ask the plan split by split (ascending order index), so consecutive rows share a
         # clump and its permutation is computed once, then put them back in stream order.
         by_split = np.argsort(order_idx, kind="stable")
         positions = np.empty_like(order_idx)
         positions[by_split] = self._plan_of(task.epoch).order(order_idx[by_split])
-        return positions
-
-    def table_rows(self, positions: NDArray[np.int64]) -> NDArray[np.int64]:
-        """Table positions of plan positions (the filter's rows are ascending: order kept)."""
         rows = self.source.rows
         return positions if rows is None else rows[positions]
-
-    def positions(self, task: BatchTask) -> NDArray[np.int64]:
-        """Table positions of a task's rows, in stream order."""
-        return self.table_rows(self.plan_positions(task))
 
     def read(
         self, positions: NDArray[np.int64], sub_reads: int = 1
     ) -> tuple[pa.Table, NDArray[np.int64]]:
         """One read in ascending position order (in up to `sub_reads` parts at once), and
         the order that restores the request."""
-        wanted, restore = ascending(positions)
+        ascending = np.argsort(positions, kind="stable")
         with_retries(self._rows, self._policy())  # open (or reopen after a fork) first
-        table = take_in_parts(self._take, wanted, self._pool(sub_reads), sub_reads)
+        table = take_in_parts(self._take, positions[ascending], self._pool(sub_reads), sub_reads)
+        restore = np.empty_like(ascending)
+        restore[ascending] = np.arange(len(ascending))
         return table, restore
-
-    def unit_cache(self) -> UnitCache:
-        """This process's whole units (a forked child starts empty)."""
-        if self._cache is None or self._cache_pid != os.getpid():
-            self._cache, self._cache_pid = UnitCache(), os.getpid()
-        return self._cache
-
-    def paying_units(
-        self, task: BatchTask, row_bytes: float, per_row: float, task_amount: int
-    ) -> ReadUnits | None:
-        """The read units when whole-unit reads pay for this task in this process, else None."""
-        plan, splits = self.plan, task.split_count
-        units = read_units(plan.clump_size, plan.num_rows, row_bytes, splits, plan.shuffle)
-        info = get_worker_info()
-        workers = info.num_workers if info is not None else 1
-        if units is None or not units.pays(per_row, splits, task_amount, workers):
-            return None
-        return units
-
-    def _row_units(self, task: BatchTask) -> ReadUnits | None:
-        if not self.unit_reads or not self._row_bytes or not task.count:
-            return None  # the first read tells whether rows are fixed width
-        return self.paying_units(task, self._row_bytes, 1.0, task.count)
-
-    def _rows_from_units(
-        self, units: ReadUnits, positions: NDArray[np.int64], capacity: int
-    ) -> pa.Table:
-        """The rows at ascending plan positions, from whole units read once each (the missing
-        ones by one range read: Lance reads ranges of a clump ~2x faster than runs of a take)."""
-        with_retries(self._rows, self._policy())  # open (or reopen after a fork) first
-        runs = units.runs(positions)
-        wanted = [run[0] for run in runs]
-
-        def read(missing: list[int]) -> list[pa.Table]:
-            spans = [units.span(unit) for unit in missing]
-            plan_rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
-            whole = self._take(self.table_rows(plan_rows), ranges=True)
-            starts = np.cumsum([0] + [b - a for a, b in spans]).tolist()
-            return [whole.slice(a, b - a) for a, b in itertools.pairwise(starts)]
-
-        loaded = dict(zip(wanted, self.unit_cache().get(wanted, read, capacity), strict=True))
-        return gather_rows(runs, positions, loaded)
 
     def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
 
     def batches(self, task: BatchTask, sub_reads: int = 1) -> Sequence[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
-        units = self._row_units(task)
-        if units is None:
-            table, restore = self.read(self.positions(task), sub_reads)
-            if self._row_bytes is None:
-                self._row_bytes = fixed_row_bytes(table.schema)
-        else:  # the units the task's splits use now, and the one each reads next
-            wanted, restore = ascending(self.plan_positions(task))
-            table = self._rows_from_units(units, wanted, 2 * task.split_count + 2)
+        table, restore = self.read(self.positions(task), sub_reads)
         bounds = np.cumsum((0, *task.sizes)).tolist()
         spans = list(itertools.pairwise(bounds))
         if self.transform:

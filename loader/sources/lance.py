@@ -40,7 +40,6 @@ from loader.storage import (
 
 # What pylance raises (its LanceError is a ValueError).
 LANCE_ERRORS = (ValueError, OSError, RuntimeError)
-RANGE_READAHEAD = 4  # ranges Lance decodes ahead in a range read (16 measured no faster)
 KEEP_VERSIONS = (
     "tag the versions a run may resume from (table.tags.create('run-x', {v})) so cleanup keeps them"
 )
@@ -137,18 +136,6 @@ class LanceRows:
         except LANCE_ERRORS as err:
             raw = err
         raise self._explain(raw)  # outside the handler: Lance's error is not the context
-
-    def take_ranges(self, ranges: list[tuple[int, int]]) -> pa.Table:
-        """Rows of the ascending [start, stop) `ranges`, in order, by Lance's range scan (what
-        lance.torch reads with; ~2x take's rows/s on ranges of a clump of 1,024 rows)."""
-        scan = getattr(self._dataset._ds, "take_scan", None)  # pylance's own, as lance.torch
-        if scan is None:  # a pylance without it: the same rows by take
-            return self.take(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
-        try:
-            return scan(ranges, columns=self._columns, batch_readahead=RANGE_READAHEAD).read_all()
-        except LANCE_ERRORS as err:
-            raw = err
-        raise self._explain(raw)
 
     def _explain(self, err: Exception) -> Exception:
         """Why a read failed: the pinned version's files removed, or the store unreachable."""
