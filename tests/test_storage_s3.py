@@ -20,6 +20,7 @@ from loader import StreamingDataLoader, StreamingDataset, checkpoint
 from loader.checkpoint import CheckpointError
 from loader.sources import SourceUnreachableError
 from loader.tools.cli import main as cli_main
+from tests.net import wait_until
 from tests.netproxy import FaultProxy, Faults, http_response
 from tests.object_store import ACCESS_KEY, SECRET_KEY, S3Server
 from tests.tables import make_rows
@@ -252,3 +253,39 @@ def test_loads_during_saves_of_the_same_object_never_read_it_as_damaged(
         saver.join(30)
     assert saves[0] > 10 and loads > 10, "the loop ran saves and loads together"
     assert not refused, f"{len(refused)} of {loads} loads refused: {refused[0]}"
+
+
+# -- a checkpoint on a store that stops answering -----------------------------------------
+
+
+def _store_calls_alive() -> bool:
+    return any(t.name == "elastic-loader-store-call" for t in threading.enumerate())
+
+
+def test_checkpoints_on_a_store_that_stops_answering_fail_within_the_read_deadline(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """save, load and latest end with an error naming the URI within `read_deadline`, and a
+    save abandoned at its deadline never lands over a later save of the same object."""
+    options = {**_through(proxy, s3_server), "read_deadline": "1"}
+    prefix = f"s3://{s3_server.make_bucket()}/stalled/"
+    first, later = make_state(step=1), make_state(step=1, num_splits=16)  # one name, two states
+    uri = checkpoint.save(first, prefix, storage_options=options)
+    assert uri == prefix + "loader-epoch0002-step00000001.json"
+    proxy.faults = Faults(delay_s=2.0)  # every request answered after the 1 s deadline
+    for call in (
+        lambda: checkpoint.load(uri, storage_options=options),
+        lambda: checkpoint.latest(prefix, storage_options=options),
+        lambda: checkpoint.save(first, prefix, storage_options=options),  # no lookup: a folder
+    ):
+        err, elapsed = _error_within(call, 60)
+        assert isinstance(err, OSError) and "/stalled/" in str(err), repr(err)
+        assert "storage_options['read_deadline'] (1 s)" in str(err), err
+        assert elapsed < 1 + 5, (elapsed, err)
+    # The abandoned save is still uploading through the slow proxy; a save straight to the
+    # store lands first, and stays the object's content once the abandoned one ends.
+    direct = s3_server.storage_options
+    assert checkpoint.save(later, prefix, storage_options=direct) == uri
+    wait_until(lambda: not _store_calls_alive(), 60, "the abandoned calls to end")
+    assert checkpoint.load(uri, storage_options=direct) == later
+    assert _keys(s3_server, uri.split("/")[2]) == ["stalled/loader-epoch0002-step00000001.json"]

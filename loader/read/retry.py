@@ -12,14 +12,14 @@ the missing file for a local dataset; it never chains the store's raw error.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from loader.sources import SourceSpec, is_remote
 from loader.storage import READ_DEADLINE, SourceUnreachableError, read_deadline, redact
+from loader.storage.deadline import Overdue, within
 
 R = TypeVar("R")
 
@@ -45,35 +45,16 @@ class ReadPolicy:
         return cls(spec.uri, is_remote(spec), read_deadline(spec.storage_options))
 
 
-class _Overdue(TimeoutError):
-    """An attempt that had not finished when the deadline came."""
-
-
 def _within(read: Callable[[], R], timeout_s: float) -> R:
-    """`read()` in a daemon thread, waited for at most `timeout_s` (then _Overdue)."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = read()
-        except BaseException as err:  # handed to the waiting thread below
-            box["error"] = err
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="elastic-loader-read-attempt", daemon=True).start()
-    if not done.wait(max(0.0, timeout_s)):
-        raise _Overdue(f"no answer within the {READ_DEADLINE} of {timeout_s:.1f} s left")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """`read()` waited for at most `timeout_s` (then `Overdue`), abandoned to Lance after."""
+    what = f"the {READ_DEADLINE} of {timeout_s:.1f} s left"
+    return within(read, timeout_s, what, name="elastic-loader-read-attempt")
 
 
 def _final(err: OSError, remote: bool) -> bool:
     """Whether asking again cannot help."""
     if remote:
-        return isinstance(err, _Overdue) or bool(getattr(err, "permanent", False))
+        return isinstance(err, Overdue) or bool(getattr(err, "permanent", False))
     return isinstance(err, _LOCAL_FINAL)
 
 

@@ -9,6 +9,8 @@
   whole regular file, write one atomically, list a folder); one `Store` class per kind of
   object store (S3 today).
 - `errors`: `SourceUnreachableError` and `unreachable`, never chaining a store's raw error.
+- `deadline`: a call to a store waited for at most a deadline (`within`, `Overdue`): read
+  attempts and every object-store `Location` operation (checkpoints) use it.
 
 Standard library only at import; pyarrow is imported when a filesystem is made.
 """

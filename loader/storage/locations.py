@@ -9,6 +9,10 @@ a write fails, so the bytes go to a temporary object whose size is checked, then
 server-side copy makes the target. A new store (GCS, Azure) is one `Store` subclass naming
 its pyarrow filesystem, listed in `STORES`.
 
+On an object store every operation is waited for at most the options' `read_deadline`
+(`deadline.within`): a store that stops answering is an OSError naming the location, and an
+upload abandoned at its deadline stops before its copy, so it never lands over a later save.
+
 Errors name the location (prefixed by the caller's `label`, e.g. "checkpoint ") and never a
 secret; a store's raw error is never chained. pyarrow is imported for object stores only.
 """
@@ -18,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from loader.storage.options import redact, s3_filesystem_args
+from loader.storage.deadline import Overdue, within
+from loader.storage.options import READ_DEADLINE, read_deadline, redact, s3_filesystem_args
 from loader.storage.uri import ObjectPath, is_object_store, normalise_uri, object_path
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
 ]  # fmt: skip
 
 FILE, FOLDER, MISSING, OTHER = "file", "folder", "missing", "other"
+R = TypeVar("R")
 TMP_SUFFIX = ".tmp"
 
 
@@ -286,10 +293,36 @@ class ObjectLocation:
         kinds = {fs.FileType.File: FILE, fs.FileType.Directory: FOLDER}
         return Entry(kinds.get(info.type, MISSING), info.base_name, info.size, info.mtime_ns or 0)
 
+    def _bounded(self, call: Callable[[], R], on_overdue: Callable[[], None] | None = None) -> R:
+        """`call()` within the store's `read_deadline`, else an OSError naming the location
+        (a store that stops answering must not hang a save or a resume)."""
+        seconds = read_deadline(self.store.options)
+        what = f"storage_options[{READ_DEADLINE!r}] ({seconds:g} s)"
+        try:
+            return within(call, seconds, what, on_overdue)
+        except Overdue as late:
+            problem = str(late)
+        raise OSError(
+            f"{self.label}{self.shown}: the object store gave {problem}; check that it is "
+            f"reachable (endpoint, network), or raise {READ_DEADLINE!r} for a slow one"
+        )
+
     def is_folder(self) -> bool:
-        return self.shown.endswith("/") or self._entry().kind == FOLDER
+        return self.shown.endswith("/") or self._bounded(self._entry).kind == FOLDER
 
     def read(self, limit: int) -> Blob:
+        return self._bounded(lambda: self._read(limit))
+
+    def write_atomic(self, data: bytes) -> None:
+        """Upload to a temporary object, check its size, then copy it over the target at once
+        (never after the deadline: an abandoned upload does not replace a later save)."""
+        abandoned = threading.Event()
+        self._bounded(lambda: self._write_atomic(data, abandoned), abandoned.set)
+
+    def files(self) -> list[Entry]:
+        return self._bounded(self._files)
+
+    def _read(self, limit: int) -> Blob:
         entry = self._entry()
         if entry.kind == MISSING:
             raise FileNotFoundError(f"{self.label}{self.shown}: no such object")
@@ -304,8 +337,7 @@ class ObjectLocation:
             raise TooBig(len(data))
         return Blob(data, entry.mtime_ns)
 
-    def write_atomic(self, data: bytes) -> None:
-        """Upload to a temporary object, check its size, then copy it over the target at once."""
+    def _write_atomic(self, data: bytes, abandoned: threading.Event) -> None:
         key = self.path.bucket_and_key
         folder, _, name = key.rpartition("/")
         tmp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(4).hex()}{TMP_SUFFIX}"
@@ -319,6 +351,8 @@ class ObjectLocation:
                 raise OSError(
                     f"{self.label}{self.shown}: the upload stored {size} of {len(data)} bytes"
                 )
+            if abandoned.is_set():
+                raise OSError(f"{self.label}{self.shown}: abandoned at its deadline")
             self._ask(self._fs.move, tmp, key)  # one CopyObject: atomic
         except BaseException:
             self._discard(stream, tmp)
@@ -332,7 +366,7 @@ class ObjectLocation:
         with contextlib.suppress(OSError):
             self._fs.delete_file(tmp)
 
-    def files(self) -> list[Entry]:
+    def _files(self) -> list[Entry]:
         from pyarrow import fs
 
         prefix = self.path.bucket_and_key.rstrip("/")
