@@ -303,8 +303,11 @@ class MixedDataset:
         seq_len = self.packing.spec.seq_len if self.packing is not None else None
         segments: list[int] | None = None
         if global_batch:
-            _, parts = self.mix_plan.step(pos, global_batch)
-            segments = [v for p in parts for v in (p.source, p.offset, p.count)]
+            try:  # telemetry never stops a job: a step that cannot be laid out fails its read
+                _, parts = self.mix_plan.step(pos, global_batch)
+            except ValueError:
+                parts = []
+            segments = [v for p in parts for v in (p.source, p.offset, p.count)] or None
         return {
             "step_segments": segments,
             "names": ",".join(self.names),
