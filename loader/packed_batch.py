@@ -27,12 +27,15 @@ def pack_fields(value: Any) -> tuple[str, ...]:
     """The checked `pack_fields`, in the batch's order (None: all of them)."""
     if value is None:
         return PACK_FIELDS
-    if isinstance(value, str) or not all(isinstance(name, str) for name in value):
+    try:
+        names = None if isinstance(value, str | bytes) else list(value)
+    except TypeError:  # not iterable
+        names = None
+    if names is None or not all(isinstance(name, str) for name in names):
         raise TypeError(
             f"pack_fields must be a list of field names among {list(PACK_FIELDS)} (or None for "
             f"all), got {value!r}"
         )
-    names = list(value)
     unknown = [name for name in names if name not in PACK_FIELDS]
     if unknown or len(set(names)) != len(names) or "input_ids" not in names:
         why = f"unknown {unknown}" if unknown else "each name once, input_ids among them"
@@ -45,7 +48,10 @@ def pack_fields(value: Any) -> tuple[str, ...]:
 
 
 def pack_dtype(value: Any) -> np.dtype[Any]:
-    """The checked `pack_dtype` ("int64", "int32", or the torch/NumPy dtype of one)."""
+    """The checked `pack_dtype` ("int64", "int32", or the torch/NumPy dtype of one; None:
+    the default, int64)."""
+    if value is None:
+        return PACK_DTYPES["int64"]
     given = value
     if isinstance(value, torch.dtype):
         value = str(value).removeprefix("torch.")

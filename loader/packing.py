@@ -106,7 +106,7 @@ def pack_spec(
             "blocks_per_epoch": blocks_per_epoch is not None,
             "pack_fields": fields is not None,
         }
-        given["pack_dtype"] = not (isinstance(dtype, str) and dtype == "int64")
+        given["pack_dtype"] = not (dtype is None or (isinstance(dtype, str) and dtype == "int64"))
         for name in (name for name, set_ in given.items() if set_):
             raise ValueError(f"{name} requires pack_sequences")
         return None

@@ -219,6 +219,7 @@ def test_a_packed_mixture_gives_the_narrow_fields() -> None:
         ({"pack_fields": ["input_ids", "mask"]}, ValueError, r"unknown \['mask'\].*choose from"),
         ({"pack_fields": ["input_ids"] * 2}, ValueError, "each name once"),
         ({"pack_fields": "input_ids"}, TypeError, "pack_fields must be a list of field names"),
+        ({"pack_fields": 5}, TypeError, "pack_fields must be a list of field names"),
         ({"pack_dtype": "int16"}, ValueError, r"pack_dtype='int16'; expected one of \['int64', 'int32'\]"),
         ({"pack_dtype": torch.float32}, ValueError, "pack_dtype=torch.float32"),
         ({"pack_dtype": "int32", "eos_id": 2**31}, ValueError, r"eos_id \(pack_dtype=int32\)"),
@@ -235,6 +236,19 @@ def test_bad_output_choices_are_refused_naming_the_argument(
         args.pop("columns")
     with pytest.raises(error, match=message):
         StreamingDataset(token_table([3, 4, 5, 6]), rank=0, world_size=1, **args)
+
+
+def test_pack_dtype_none_is_the_default() -> None:
+    kw = {"columns": ["tokens"], "num_splits": 2, "rank": 0, "world_size": 1, "eos_id": EOS}
+    table = token_table([3, 4, 5, 6])
+    dtypes = {
+        k: v.dtype
+        for k, v in next(
+            iter(StreamingDataset(table, pack_sequences=4, pack_dtype=None, **kw))
+        ).items()
+    }
+    assert dtypes["input_ids"] == torch.int64 and dtypes["cu_seqlens"] == torch.int32
+    StreamingDataset(table, pack_dtype=None, num_splits=2, rank=0, world_size=1)  # not packing
 
 
 def test_ids_that_do_not_fit_int32_are_refused_at_construction() -> None:
