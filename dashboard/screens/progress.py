@@ -110,7 +110,9 @@ def live() -> None:
         ui.show(charts.rank_bars(ranks), side)
     events = ui.fetch("events", run_id, kind="mixture") if run_id else None
     live = (
-        ui.fetch("events", run_id, kind="mixture_progress", limit=1) if run_id and events else None
+        ui.fetch("events", run_id, kind="mixture_progress", limit=100)
+        if run_id and events
+        else None
     )
     mixed = mixture_frame((events or []) + (live or []))
     if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
