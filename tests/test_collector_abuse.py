@@ -369,3 +369,29 @@ def test_the_guard_reads_the_socket_address(server: Any, allowed: bool) -> None:
     guard = Guard(Settings(db="unused.db"))
     assert guard.address_allowed(server) is allowed
     assert Guard(Settings(db="unused.db", host="0.0.0.0", token="t")).address_allowed(server)
+
+
+def test_a_long_mixture_run_keeps_its_latest_live_reports_only(tmp_path: Path) -> None:
+    """Rank 0 of a mixture reports every 5 s for the whole run: each report supersedes the
+    ones before, so retention keeps the latest `keep_live_reports` and every milestone."""
+    store = Store(tmp_path / "m.db", Retention(keep_live_reports=3))
+    try:
+        live = [
+            _event(kind="mixture_progress", run_id=run, ts=NOW + i, global_step=i, data={"k": i})
+            for run, count in (("long", 10), ("short", 2))
+            for i in range(count)
+        ]
+        saved = _event(kind="checkpoint_saved", run_id="long", ts=NOW, global_step=0)
+        store.ingest([EventIn.model_validate(e) for e in [*live, saved]], NOW)
+        store.prune(NOW + 10)
+        kept = store.tuples("SELECT run_id, global_step FROM events ORDER BY run_id, ts")
+        assert [k for k in kept if k[0] == "short"] == [("short", 0), ("short", 1)]
+        assert [k for k in kept if k[0] == "long"] == [
+            ("long", 0),
+            ("long", 7),
+            ("long", 8),
+            ("long", 9),
+        ]
+        assert store.events("long", "checkpoint_saved", 10)  # milestones are never dropped
+    finally:
+        store.close()

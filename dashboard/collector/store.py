@@ -60,12 +60,15 @@ class Retention:
     """What the store keeps: the `keep_runs` most recently active runs, none silent for
     `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
     report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
-    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads). At most `new_runs_per_minute` new runs."""
+    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads), and its latest `keep_live_reports` live
+    mixture reports (each supersedes the ones before; a month-long mixture run sends
+    ~500,000). At most `new_runs_per_minute` new runs."""
 
     keep_runs: int = 100
     keep_days: float = 30.0
     keep_samples_s: float = 6 * 3600.0
     new_runs_per_minute: int = 60
+    keep_live_reports: int = 1000
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,12 @@ class Store:
                     "DELETE FROM samples WHERE rowid IN (SELECT s.rowid FROM runs r "
                     "JOIN samples s ON s.run_id = r.run_id AND s.ts < r.last_ts - ?)",
                     (keep.keep_samples_s,),
+                )
+                conn.execute(
+                    "DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, row_number() "
+                    "OVER (PARTITION BY run_id ORDER BY ts DESC, id DESC) AS newer FROM events "
+                    "WHERE kind = ?) WHERE newer > ?)",
+                    (MIXTURE_PROGRESS, keep.keep_live_reports),
                 )
             except BaseException:
                 conn.execute("ROLLBACK")
