@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard.client import ENV_API
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint
+from tests.net import wait_until
 
 pytestmark = pytest.mark.slow  # starts the collector
 
@@ -181,3 +182,39 @@ def test_per_dataset_progress_is_live_and_stays_off_the_timeline(
     assert [i["label"] for i in timeline if i["kind"].startswith("mixture")] == [
         "mixture: a 3/4, b 1/4 at step 0"
     ]
+
+
+def test_per_dataset_metrics_for_prometheus(collector: DashboardHandle) -> None:
+    """`GET /metrics` has a mixture's weight, rows supplied and passes per dataset (its
+    latest report), parsed by `prometheus_client`'s own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ranks = [loader(collector, r, [3, 1], run_id="mix-metrics") for r in range(2)]
+    for dl in ranks:
+        dl._telemetry.mixture_every_s = 0.0  # type: ignore[attr-defined]
+    steps = [iter(dl) for dl in ranks]
+    for _ in range(10):  # the epoch: one pass of each (60 rows at 6 a step, 20 at 2)
+        for it in steps:
+            next(it)
+    for dl in ranks:
+        dl.close()
+
+    def per_dataset() -> dict[tuple[str, str], float] | None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(collector.api_url + "/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        found = {
+            (s.name, s.labels["dataset"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.labels.get("run_id") == "mix-metrics" and "dataset" in s.labels
+        }
+        done = found.get(("elastic_loader_mixture_rows_supplied_total", "a")) == 60
+        return found if done else None
+
+    found = wait_until(per_dataset, 30, "the mixture's metrics after its epoch of 10 steps")
+    assert found[("elastic_loader_mixture_rows_supplied_total", "b")] == 20
+    assert found[("elastic_loader_mixture_weight", "a")] == 0.75
+    assert found[("elastic_loader_mixture_weight", "b")] == 0.25
+    assert found[("elastic_loader_mixture_passes_completed", "a")] == 1
+    assert found[("elastic_loader_mixture_passes_completed", "b")] == 1

@@ -6,13 +6,15 @@ its state (one series per state, 1 for the current one), world size, ranks repor
 checkpoints saved; per rank of the current world: its state (one series, the current
 state, value 1: all states for 1,024 ranks would be 6,144 series), rows (packed: blocks)
 and tokens per second and the share of time its loop waited for data over the last 30 s,
-global step, seconds since its last report and since its step last moved.
+global step, seconds since its last report and since its step last moved; per dataset of a
+mixture: its weight, rows supplied and passes completed (its latest report).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -24,7 +26,7 @@ from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 
 RUN_STATES = ("starting", "running", "stalled", "crashed", "finished", "stopped")
 PREFIX = "elastic_loader_"
-RUN, RANK = ("run_id",), ("run_id", "rank")
+RUN, RANK, DATASET = ("run_id",), ("run_id", "rank"), ("run_id", "dataset")
 # (key, family, name after PREFIX, help, labels)
 FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
     ("state", GaugeMetricFamily, "run_state", "1 for the run's state, 0 for the others",
@@ -48,6 +50,12 @@ FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
      "Seconds since the rank's last report", RANK),
     ("no_step", GaugeMetricFamily, "rank_seconds_since_step",
      "Seconds since the rank's step last moved", RANK),
+    ("mix_weight", GaugeMetricFamily, "mixture_weight",
+     "A mixture dataset's share of every global step now", DATASET),
+    ("mix_rows", CounterMetricFamily, "mixture_rows_supplied",
+     "Rows (packed: blocks) a mixture dataset supplied since the run began", DATASET),
+    ("mix_passes", GaugeMetricFamily, "mixture_passes_completed",
+     "Passes over a mixture dataset completed", DATASET),
 )  # fmt: skip
 
 
@@ -92,6 +100,23 @@ class RunMetrics:
             family["wait"].add_metric(labels, min(1.0, total["wait_s"] / covered))
             if run.get("seq_len") is not None:
                 family["tokens"].add_metric(labels, (total["tokens"] or 0) / covered)
+        self._mixture(run_id, family)
+
+    def _mixture(self, run_id: str, family: dict[str, Any]) -> None:
+        """Per dataset of a mixture run, from its latest facts (the Progress page's table)."""
+        last = self.store.latest_mixture(run_id)
+        if last is None:
+            return
+        data = last["data"]
+        names = str(data["names"]).split(",")
+        weights = [float(Fraction(w)) for w in str(data.get("weights") or "").split(",") if w]
+        for key, values in (
+            ("mix_weight", weights),
+            ("mix_rows", data.get("supplied") or []),
+            ("mix_passes", data.get("passes") or []),
+        ):
+            for name, value in zip(names, values, strict=False):
+                family[key].add_metric([run_id, name], value)
 
 
 def scrape(store: Store, health: Health, now: float | None = None) -> bytes:

@@ -45,6 +45,7 @@ from loader.wire import (
     CHECKPOINT_SAVED,
     CLOSED,
     EPOCH_END,
+    MIXTURE,
     MIXTURE_PROGRESS,
     PROGRESS,
 )
@@ -330,6 +331,13 @@ class Store:
             args.append(kind)
         rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
+
+    def latest_mixture(self, run_id: str) -> dict[str, Any] | None:
+        """A mixture run's latest facts: its last `mixture` or live `mixture_progress` event
+        (by global step, then time) whose data names the datasets; None for other runs."""
+        found = [e for kind in (MIXTURE, MIXTURE_PROGRESS) for e in self.events(run_id, kind, 1)]
+        found = [e for e in found if isinstance(e["data"], dict) and e["data"].get("names")]
+        return max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
 
     def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
         """Rank → its latest `closed` event (sent by `close()` and at exit) at or after

@@ -83,13 +83,8 @@ def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH
 def _mixture(store: Store, run: dict[str, Any]) -> dict[str, Any] | None:
     """A mixture run's datasets and the layout of the step its latest `mixture` event
     describes (in the current world size); None for a run of one dataset."""
-    found = [
-        e
-        for kind in (wire.MIXTURE, wire.MIXTURE_PROGRESS)
-        for e in store.events(run["run_id"], kind, 1)
-    ]
-    last = max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
-    if last is None or not isinstance(last["data"], dict) or not last["data"].get("names"):
+    last = store.latest_mixture(run["run_id"])
+    if last is None:
         return None
     placed = mixture_layout(last["data"], run["world_size"])
     return {"global_step": last["global_step"], **placed}
