@@ -303,3 +303,43 @@ def test_a_run_id_is_text_not_markdown(live: Live, page: Page) -> None:
         timeout=30_000
     )
     assert fetched == []
+
+
+def test_a_mixture_shows_its_datasets_on_placement_and_progress(live: Live, page: Page) -> None:
+    """A real 2-rank mixture (3:1, G = 8): Placement has no split grid but the datasets, the
+    positions of their rows in the step and who reads which; Progress has their table."""
+    import pyarrow as pa
+
+    from loader import MixedDataset, StreamingDataLoader, StreamingDataset
+
+    ranks = []
+    for r in range(2):
+        kw = {"rank": r, "world_size": 2, "shuffle_seed": 1}
+        web = StreamingDataset(pa.table({"id": list(range(60))}), num_splits=3, **kw)
+        code = StreamingDataset(pa.table({"id": list(range(100, 120))}), num_splits=2, **kw)
+        mix = MixedDataset({"web": web, "code": code}, [3, 1])
+        ranks.append(
+            StreamingDataLoader(mix, global_batch_size=8, telemetry=live.api_url, run_id="mixed")
+        )
+    steps = [iter(dl) for dl in ranks]
+    for _ in range(3):
+        for it in steps:
+            next(it)
+    for dl in ranks:
+        dl.close()
+    page.goto(live.url("", "mixed"))
+    expect(page.get_by_text("a mixture of 2 datasets · G = 8 rows a step")).to_be_visible(
+        timeout=30_000
+    )
+    datasets = page.get_by_test_id("stTable").first
+    expect(datasets.locator("tr", has_text="web")).to_contain_text("rank 0: 0–3 · rank 1: 4–5")
+    expect(datasets.locator("tr", has_text="code")).to_contain_text("rank 1: 6–7")
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(0)  # no fake split grid
+    ranks_table = page.get_by_test_id("stTable").nth(1)
+    expect(ranks_table.locator("tr", has_text="rank 1")).to_contain_text("4–7")
+    _shot(page, "dashboard-mixture-placement.png")
+    page.goto(live.url("progress", "mixed"))
+    expect(page.get_by_role("heading", name="Datasets of the mixture")).to_be_visible(
+        timeout=30_000
+    )
+    expect(page.get_by_text("share of the last 100 steps")).to_be_visible()

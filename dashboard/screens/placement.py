@@ -126,6 +126,7 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
         st.caption("no rank has reported in this world size yet")
         return
     table["splits"] = [_positions(int(label.split()[1]), world, per_step) for label in table.index]
+    table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
     st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
 
 
