@@ -1,4 +1,5 @@
-"""The row ids of a loader's batches, the way most loader tests compare what was read."""
+"""The row ids of a loader's batches, the way most loader tests compare what was read, and
+ranks stepped together in one process."""
 
 from __future__ import annotations
 
@@ -14,3 +15,16 @@ def ids(batches: Iterable[Any]) -> list[list[int]]:
 def flat_ids(batches: Iterable[Any]) -> list[int]:
     """Every batch's ids in one list: the rows and their order."""
     return [i for batch in ids(batches) for i in batch]
+
+
+def step_together(ranks: list[Any], steps: int) -> list[list[Any]]:
+    """`steps` batches of every rank's loader, rank by rank each step (as DDP ranks move in
+    step), then every loader closed; each rank's batches."""
+    running = [iter(dl) for dl in ranks]
+    got: list[list[Any]] = [[] for _ in ranks]
+    for _ in range(steps):
+        for rank, it in enumerate(running):
+            got[rank].append(next(it))
+    for dl in ranks:
+        dl.close()
+    return got

@@ -33,6 +33,7 @@ from dashboard.launch import start_dashboard
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from loader.layout import owned_splits
 from loader.telemetry.client import TelemetryClient
+from tests.batches import step_together
 from tests.net import wait_until
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
@@ -321,12 +322,7 @@ def test_a_mixture_shows_its_datasets_on_placement_and_progress(live: Live, page
         ranks.append(
             StreamingDataLoader(mix, global_batch_size=8, telemetry=live.api_url, run_id="mixed")
         )
-    steps = [iter(dl) for dl in ranks]
-    for _ in range(3):
-        for it in steps:
-            next(it)
-    for dl in ranks:
-        dl.close()
+    step_together(ranks, 3)
     page.goto(live.url("", "mixed"))
     expect(page.get_by_text("a mixture of 2 datasets · G = 8 rows a step")).to_be_visible(
         timeout=30_000

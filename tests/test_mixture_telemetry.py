@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard.client import ENV_API
 from dashboard.launch import DashboardHandle, start_dashboard
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint
+from tests.batches import step_together
 from tests.net import wait_until
 
 pytestmark = pytest.mark.slow  # starts the collector
@@ -123,9 +124,7 @@ def test_the_placement_of_a_mixture_is_the_rows_each_rank_reads(
     """The Placement page of a mixture: per dataset, the positions of its rows in the step
     and which rank reads which, equal to the sources of the rows each rank is handed."""
     ranks = [loader(collector, r, [3, 1], run_id="mix-place") for r in range(2)]
-    first = [next(iter(dl)) for dl in ranks]  # global step 0
-    for dl in ranks:
-        dl.close()
+    first = [batches[0] for batches in step_together(ranks, 1)]  # global step 0
     url = collector.api_url + "/api/runs/mix-place/placement"
     deadline = time.monotonic() + 30
     while (mixture := _get(url).get("mixture")) is None:
@@ -159,12 +158,7 @@ def test_per_dataset_progress_is_live_and_stays_off_the_timeline(
     ranks = [loader(collector, r, [3, 1], run_id="mix-live") for r in range(2)]
     for dl in ranks:
         dl._telemetry.mixture_every_s = 0.0  # type: ignore[attr-defined]  # every batch
-    steps = [iter(dl) for dl in ranks]
-    for _ in range(5):
-        for it in steps:
-            next(it)
-    for dl in ranks:
-        dl.close()
+    step_together(ranks, 5)
     url = collector.api_url + "/api/runs/mix-live/events?kind=mixture_progress"
     deadline = time.monotonic() + 30
     while not (live := _get(url)["data"]) or live[-1]["global_step"] < 5:
@@ -192,12 +186,7 @@ def test_per_dataset_metrics_for_prometheus(collector: DashboardHandle) -> None:
     ranks = [loader(collector, r, [3, 1], run_id="mix-metrics") for r in range(2)]
     for dl in ranks:
         dl._telemetry.mixture_every_s = 0.0  # type: ignore[attr-defined]
-    steps = [iter(dl) for dl in ranks]
-    for _ in range(10):  # the epoch: one pass of each (60 rows at 6 a step, 20 at 2)
-        for it in steps:
-            next(it)
-    for dl in ranks:
-        dl.close()
+    step_together(ranks, 10)  # the epoch: one pass of each (60 rows at 6 a step, 20 at 2)
 
     def per_dataset() -> dict[tuple[str, str], float] | None:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
