@@ -26,13 +26,13 @@ from loader.read.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
 from loader.units import BlockUnits, UnitRequest, Units
-from loader.world import World, agree_with_rank0, agreement_group, resolve_world
+from loader.world import OnWorld, World, agree_with_rank0, agreement_group, resolve_world
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
 SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
 
 
-class StreamingDataset(IterableDataset[dict[str, Any]]):
+class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
     """This rank's rows of a pinned table, in the elastic order (see the README's contract).
 
     Args:
@@ -256,14 +256,6 @@ class StreamingDataset(IterableDataset[dict[str, Any]]):
     def shuffle_seed(self) -> int:
         """The seed in use (the picked one when built with shuffle_seed=None)."""
         return self.plan.shuffle_seed
-
-    @property
-    def rank(self) -> int:
-        return self.world.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
 
     @property
     def splits(self) -> range:

@@ -20,6 +20,20 @@ class World:
     local_rank: int = 0
 
 
+class OnWorld:
+    """What holds a `world` (a dataset, a mixture): its rank and world size, read from it."""
+
+    world: World
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+
 def resolve_world(rank: int | None, world_size: int | None) -> World:
     """Explicit arguments, else torch.distributed when initialised, else RANK/WORLD_SIZE, else 0/1."""
     if dist.is_available() and dist.is_initialized():

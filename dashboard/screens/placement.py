@@ -3,6 +3,7 @@ which splits two ranks share and who reads which part (the layout is `loader.lay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -31,10 +32,15 @@ def shared_table(layout: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("split") if rows else pd.DataFrame(rows)
 
 
-def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
+def rank_table(
+    layout: dict[str, Any],
+    rows_per_split: int,
+    reads: Callable[[dict[str, Any]], str] | None = None,
+) -> pd.DataFrame:
     """One row per rank, human labels, worst first. A packed run's cursors count blocks, up
     to the rank's `blocks_per_split` (its rows/s are blocks/s). Splits the rank shares with
-    another are marked with a *."""
+    another are marked with a *; `reads(rank)`, when given, says instead what it reads (a
+    mixture: the positions of each step)."""
     shared = {s["split"] for s in layout["shared"]}
     rows = []
     for r in layout["ranks"]:
@@ -50,7 +56,7 @@ def rank_table(layout: dict[str, Any], rows_per_split: int) -> pd.DataFrame:
                 "host": ui.plain(r["host"]),  # st.table renders Markdown
                 "GPU": r["gpu"],
                 "workers": r["num_workers"],
-                "splits": _splits(lo, hi, shared),
+                "splits": reads(r) if reads else _splits(lo, hi, shared),
                 "global step": f"{r['global_step']:,}" if r["global_step"] is not None else "—",
                 "read": f"{100 * read / total:.1f}%" if total else "—",
                 "rows/s": f"{r['rows_per_s']:,.0f}" if r["state"] == "running" else "—",
@@ -121,11 +127,12 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
     )
     st.table(mixture_table(mixture))
     st.subheader("Ranks")
-    table = rank_table(cur, placement["rows_per_split"])
+    table = rank_table(
+        cur, placement["rows_per_split"], lambda r: _positions(r["rank"], world, per_step)
+    )
     if table.empty:
         st.caption("no rank has reported in this world size yet")
         return
-    table["splits"] = [_positions(int(label.split()[1]), world, per_step) for label in table.index]
     table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
     st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
 

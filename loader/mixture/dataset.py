@@ -33,7 +33,7 @@ from loader.mixture.stream import MixProgress
 from loader.plan import PlanSpec
 from loader.progress import Batching
 from loader.sources import ResolvedSource, SourceSpec, is_remote
-from loader.world import World
+from loader.world import OnWorld, World
 
 __all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
 
@@ -50,7 +50,7 @@ class MixSources:
         return all(plan.shuffle for plan in self.plans)
 
 
-class MixedDataset:
+class MixedDataset(OnWorld):
     """Datasets mixed at `weights` (their shares of every global batch).
 
     Args:
@@ -152,14 +152,6 @@ class MixedDataset:
     @property
     def weights(self) -> list[float]:
         return [float(f) for f in self.mix_plan.weights.fractions()]
-
-    @property
-    def rank(self) -> int:
-        return self.world.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
 
     @property
     def reader(self) -> MixReader:
