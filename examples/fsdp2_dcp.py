@@ -5,8 +5,8 @@ fit, FSDP2 (``torch.distributed.fsdp.fully_shard``) shards parameters, gradients
 optimizer state across ranks, and torch.distributed.checkpoint (DCP) saves each rank's
 shards in parallel and reshards them on load, so a checkpoint written by 4 ranks loads
 on 2. The loader state is per split and the same on every rank: it is saved once,
-beside the DCP folder, with ``loader.checkpoint`` and it too resumes on any W dividing
-``num_splits``. Together: the whole job moves to another world size mid-epoch.
+beside the DCP folder, with ``loader.checkpoint``, and it too resumes on any W the layout
+allows (any W <= G when the global batch G is a multiple of ``num_splits``). Together: the whole job moves to another world size mid-epoch.
 
 Runs on CPU with Gloo (checked with torch 2.13: ``fully_shard`` over a CPU
 ``DeviceMesh``, and DCP, both work on Gloo), and on GPUs with NCCL unchanged.

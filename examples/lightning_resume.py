@@ -4,7 +4,7 @@ Lightning (2.1+) saves the state of a train loader that has `state_dict` and
 `load_state_dict` inside its own `.ckpt`, and restores it on `trainer.fit(ckpt_path=...)`.
 This example also writes the same state as a crash-safe elastic-loader file beside each
 Lightning checkpoint (`LoaderFile`), which `elastic-loader inspect` reads and a job on any
-world size dividing num_splits can resume from.
+world size the layout allows (any W <= G with a G that is a multiple of num_splits) can resume from.
 
 It runs a job that stops after `--stop-at` steps, appends rows to the table as a writer
 would, resumes from the last checkpoint and checks that the two runs together trained on

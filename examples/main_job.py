@@ -198,7 +198,7 @@ def start_dashboard(ui_port: int) -> Any:
     """Start the collector and the dashboard; None (and the reason, printed) when it cannot.
 
     The job does not depend on it: telemetry to a collector that is missing costs the
-    ranks nothing (``design.md``), so a dashboard that fails to start is reported, not fatal.
+    ranks nothing (the README's contract), so a dashboard that fails to start is reported, not fatal.
     """
     try:
         from dashboard.launch import start_dashboard as start

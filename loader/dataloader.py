@@ -407,7 +407,7 @@ class StreamingDataLoader(DataLoader[Any]):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from `state` (any world size dividing num_splits); takes effect at the next
+        """Resume from `state` (any world size the saved layout allows); takes effect at the next
         `for` (an iteration already running stops)."""
         self.streaming_dataset.load_state_dict(state, drop_last=self.drop_last)
         self._telemetry.checkpoint_loaded(

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.docs_blocks import output_matches, shown_output
+
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +38,9 @@ def test_crash_on_4_resume_on_2_gives_the_same_loss_curve(tmp_path: Path) -> Non
     assert summary["last_loss"] < summary["first_losses"][0]  # it does learn
     blocks = summary["steps"] * summary["global_batch"] // 2  # two epochs
     assert summary["blocks_per_epoch"] == {"0": blocks, "1": blocks}
+    # docs/packing.md prints this run's output: it must be what the run prints now
+    [shown] = shown_output("python examples/pretrain_lm.py --quick --out /tmp/pretrain")
+    assert output_matches(shown, json.dumps(summary, indent=2)) is None
 
 
 def test_annealed_mixture_crash_on_4_resume_on_2_gives_the_same_curve(tmp_path: Path) -> None:

@@ -1,0 +1,448 @@
+"""Pydantic models at the HTTP boundary: what ranks may send and what the API returns.
+
+Inbound models are strict and closed (`extra="forbid"`): a typo in a client is a 422, not a
+silently missing column. Outbound models document the JSON in OpenAPI; the routes serialise
+plain dicts with orjson for speed, and the tests check the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from loader.layout import fit_reason, owned_splits
+from loader.wire import KIND_PATTERN, MAX_SPLITS, MAX_WORLD_SIZE, RUN_ID_PATTERN
+
+MAX_EVENTS = 2000
+MAX_CURSORS = MAX_SPLITS  # a rank may own every split of a run (W = 1)
+MAX_DATA_KEYS = 32
+MAX_DATA_LIST = 1 << 16
+MAX_TEXT = 4096
+# Distinct runs one POST may touch (a rank sends one): with retention, this bounds how fast
+# one client can churn runs.
+MAX_RUNS_PER_REQUEST = 8
+
+
+def _utf8(text: str) -> str:
+    """Refuse lone surrogates (JSON allows '\\ud800'); SQLite and orjson cannot store them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (it has a lone surrogate)") from None
+    return text
+
+
+def _int64(value: Any) -> Any:
+    """Refuse integers SQLite and orjson cannot hold (before a float could silently take them)."""
+    ints = value if isinstance(value, list) else [value]
+    if any(type(v) is int and not -(1 << 63) <= v < 1 << 63 for v in ints):
+        raise ValueError("integers must fit in 64 bits")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
+Int64 = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
+Seconds = Annotated[float, Field(ge=0, le=1e12)]
+Scalar = Annotated[Text, Field(max_length=MAX_TEXT)] | Int64 | float | bool | None
+DataValue = Annotated[
+    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)], BeforeValidator(_int64)
+]
+# Any printable text but '/', which could not be one URL path segment (same rule as the client).
+# (The constraints before the validator: after it, pydantic leaves `pattern` out of the schema.)
+RunId = Annotated[
+    str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128), AfterValidator(_utf8)
+]
+
+
+CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema cannot state \
+them), each a 422 naming the rule:
+
+- `rank` < `world_size`;
+- `world_size` fits `num_splits` and `global_batch_size` G (`loader.layout.fit_reason`): with G a multiple of S any W <= G; otherwise, and from clients that send no G, W divides S (and G);
+- `splits`, when sent, is `loader.layout.owned_splits(rank, W, S, G)`: `[rank * S / W, (rank + 1) * S / W]` where W divides S, else the splits the rank's slice of each step touches (the ones it shares at its edges included);
+- `cursors`, when sent, has one entry per split in `splits`;
+- `ts` lies in [now - keep_days, now + max_clock_skew_s] on the collector's clock;
+- one request carries events of at most 8 run ids.
+
+And one the store checks against what it holds (409): a run's `num_splits` never changes."""
+
+
+class EventIn(BaseModel):
+    """One telemetry event from one rank (see `loader/telemetry/client.py` for who sends what).
+
+    Besides each field's type and range, an event must agree with itself: rank < W, W
+    ranks can read S splits with the global batch G (`loader.layout.fit_reason`: any
+    W <= G when G is a multiple of S; without G, from clients older than it, W must divide
+    S), `splits` is the range `loader.layout.owned_splits` gives this rank (shared splits
+    at its edges included), `cursors` has one entry per split in it. (That S stays the
+    run's S is the store's check.)
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        json_schema_extra={
+            "description": "One telemetry event of one rank.\n\n" + CROSS_FIELD_RULES
+        },
+    )
+
+    run_id: RunId
+    kind: Annotated[str, Field(pattern=KIND_PATTERN)]
+    ts: Seconds
+    host: Annotated[Text, Field(max_length=255)] = ""
+    rank: Annotated[int, Field(ge=0, lt=MAX_WORLD_SIZE)]
+    local_rank: Annotated[int, Field(ge=0, lt=MAX_WORLD_SIZE)] = 0
+    world_size: Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE)]
+    num_workers: Annotated[int, Field(ge=0, le=4096)] = 0
+    num_splits: Annotated[int, Field(ge=1, le=MAX_SPLITS)]
+    rows_per_split: NonNeg = 0
+    batch_size: NonNeg | None = None
+    global_batch_size: Annotated[int, Field(ge=1, le=1 << 62)] | None = None  # G, all ranks
+    epoch: NonNeg | None = None
+    step: NonNeg | None = None
+    global_step: NonNeg | None = None
+    total_epochs: NonNeg | None = None
+    total_steps: NonNeg | None = None
+    splits: Annotated[list[NonNeg], Field(min_length=2, max_length=2)] | None = None
+    cursors: Annotated[list[NonNeg], Field(max_length=MAX_CURSORS)] | None = None
+    tokens: NonNeg | None = None  # packed data: tokens handed out this epoch by the rank
+    blocks_per_split: NonNeg | None = None  # packed data: what a cursor counts up to
+    seq_len: NonNeg | None = None  # packed data: tokens per block (rows count blocks)
+    rows: NonNeg = 0
+    batches: NonNeg = 0
+    wait_s: Seconds = 0.0
+    interval_s: Seconds = 0.0
+    rows_per_s: Seconds = 0.0
+    data: Annotated[
+        dict[Annotated[Text, Field(max_length=64)], DataValue], Field(max_length=MAX_DATA_KEYS)
+    ] = {}
+
+    @model_validator(mode="after")
+    def _agrees_with_itself(self) -> EventIn:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        layout = f"W={self.world_size}, S={self.num_splits}, G={self.global_batch_size}"
+        reason = fit_reason(self.num_splits, self.world_size, self.global_batch_size)
+        if reason:
+            raise ValueError(f"{reason} ({layout})")
+        mine = owned_splits(self.rank, self.world_size, self.num_splits, self.global_batch_size)
+        owned = [mine.start, mine.stop]
+        if self.splits is not None and self.splits != owned:
+            raise ValueError(f"splits {self.splits} are not rank {self.rank}'s {owned} ({layout})")
+        if self.cursors is not None and len(self.cursors) != len(mine):
+            raise ValueError(
+                f"cursors has {len(self.cursors)} entries; rank {self.rank} reads "
+                f"{len(mine)} splits ({layout})"
+            )
+        return self
+
+
+class EventBatchIn(BaseModel):
+    """What one POST carries: a rank's events of about one second."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    events: Annotated[list[EventIn], Field(min_length=1, max_length=MAX_EVENTS)]
+
+    @model_validator(mode="after")
+    def _few_runs(self) -> EventBatchIn:
+        runs = {e.run_id for e in self.events}
+        if len(runs) > MAX_RUNS_PER_REQUEST:
+            raise ValueError(
+                f"one request may carry events of at most {MAX_RUNS_PER_REQUEST} runs, "
+                f"got {len(runs)}: send each run's events in its own request"
+            )
+        return self
+
+
+class ErrorPublic(BaseModel):
+    """Every refusal other than a validation error: what was wrong and how to fix it."""
+
+    detail: str
+
+
+class IngestPublic(BaseModel):
+    accepted: int
+
+
+class HealthPublic(BaseModel):
+    status: str
+    db: str
+    events: int
+    token_required: bool
+
+
+class RunPublic(BaseModel):
+    run_id: str
+    first_ts: float
+    last_ts: float
+    world_size: int
+    prev_world_size: int | None
+    num_splits: int
+    rows_per_split: int
+    batch_size: int | None
+    total_epochs: int | None
+    total_steps: int | None
+    ranks: int
+    events: int
+
+
+class RunsPublic(BaseModel):
+    data: list[RunPublic]
+    count: int
+
+
+class RankStatePublic(BaseModel):
+    """running, stalled, crashed or closed; `silent_s` since its last report, `no_step_s`
+    since its step last moved; `why` a rank is stalled or crashed: `silent`, `no step` or
+    `error` (its `closed` said the process ended on an uncaught exception of type `error`)."""
+
+    rank: int
+    state: str
+    silent_s: float
+    last_ts: float
+    global_step: int | None
+    why: str | None = None
+    error: str | None = None
+    no_step_s: float = 0.0
+
+
+class StatusPublic(BaseModel):
+    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
+    lists the stalled and crashed ranks (worst first, at most 64), `counts` all of them by state."""
+
+    state: str
+    resumed: bool
+    now: float
+    last_ts: float
+    counts: dict[str, int]
+    missing: int
+    ranks: list[RankStatePublic]
+    headline: str
+
+
+class RankPublic(BaseModel):
+    rank: int
+    host: str
+    local_rank: int
+    gpu: int
+    num_workers: int
+    world_size: int
+    splits: list[int]
+    cursors: list[int] | None
+    epoch: int | None
+    step: int | None
+    global_step: int | None
+    interval_s: float | None
+    rows_per_s: float
+    ts: float
+    state: str
+    silent_s: float | None
+    tokens: int | None = None  # packed data: tokens handed out this epoch
+    blocks_per_split: int | None = None  # packed data: what the cursors count up to
+    global_batch_size: int | None = None  # G (None from clients older than it)
+
+
+class PartPublic(BaseModel):
+    """Rows [start, stop) of a shared split's `rows_per_step` in every full global step."""
+
+    rank: int
+    start: int
+    stop: int
+
+
+class SharedSplitPublic(BaseModel):
+    """A split that more than one rank reads, and who reads which part."""
+
+    split: int
+    parts: list[PartPublic]
+
+
+class LayoutPublic(BaseModel):
+    """One world size's placement (`loader.layout`): `owner[s]` is the first rank that
+    reads split s (-1: not known yet); `shared` the splits read in parts by several ranks
+    (the step layout, G a multiple of S and W not dividing S); `rows_per_step` is G/S."""
+
+    world_size: int
+    global_batch_size: int | None
+    rows_per_step: int | None
+    owner: list[int]
+    shared: list[SharedSplitPublic]
+    ranks: list[RankPublic]
+
+
+class MixtureSegmentPublic(BaseModel):
+    """Positions [start, stop) of one dataset's rows in the step, and who reads which."""
+
+    start: int
+    stop: int
+    parts: list[PartPublic]
+
+
+class MixtureDatasetPublic(BaseModel):
+    name: str
+    weight: str  # the share of every global step, as a fraction ("7/10")
+    splits: int
+    segments: list[MixtureSegmentPublic]  # in the step `global_step` (two across a pass end)
+
+
+class MixturePlacementPublic(BaseModel):
+    """A mixture: every rank reads positions [r·G/W, (r+1)·G/W) of each step, which hold
+    rows of every dataset; the layout shown is of step `global_step`."""
+
+    global_step: int | None
+    rows_per_step: int | None
+    datasets: list[MixtureDatasetPublic]
+
+
+class PlacementPublic(BaseModel):
+    run_id: str
+    num_splits: int
+    rows_per_split: int
+    supported_world_sizes: list[int]  # the divisors of S (any W without a global batch)
+    any_world_size_up_to: int | None  # G, when G is a multiple of S: every W <= G fits
+    status: StatusPublic
+    current: LayoutPublic
+    previous: LayoutPublic | None
+    mixture: MixturePlacementPublic | None = None  # a run of several datasets
+
+
+class RankProgressPublic(BaseModel):
+    rank: int
+    epoch: int | None
+    step: int | None
+    global_step: int | None
+    state: str
+    rows_per_s: float
+    rows_done: int
+    rows_total: int
+    pct: float
+    tokens: int | None  # packed data: tokens this rank handed out this epoch
+
+
+class JobProgressPublic(BaseModel):
+    """The job as a whole, when it stated `total_epochs` or `total_steps`."""
+
+    total_epochs: int | None
+    total_steps: int | None
+    pct: float | None
+    eta_s: float | None
+    label: str | None
+
+
+class ProgressPublic(BaseModel):
+    """`epoch_pct` is the per-rank bars' total, computed from the same read. `unit` says what
+    cursors, `rows_*` and `rows_per_s` count: "rows", or "blocks" of `seq_len` tokens for
+    packed data, whose `tokens_*` fields give the same in tokens (None for row data)."""
+
+    run_id: str
+    state: str
+    epoch: int | None
+    epochs_done: int | None  # epochs every reporting rank completed
+    global_step: int | None
+    job: JobProgressPublic
+    rows_per_split: int
+    cursors: list[int | None]
+    owner: list[int]
+    rows_done: int
+    rows_total: int
+    epoch_pct: float
+    rows_per_s: float
+    eta_s: float | None
+    ranks: list[RankProgressPublic]
+    unit: str
+    seq_len: int | None
+    tokens_done: int | None
+    tokens_total: int | None
+    tokens_per_s: float | None
+
+
+class BandPointPublic(BaseModel):
+    """Rows/s across the ranks that reported in one bucket; a new `segment` after a gap."""
+
+    t: float
+    segment: int
+    ranks: int
+    median: float
+    min: float
+    max: float
+    wait_median: float
+    wait_max: float
+
+
+class RankWindowPublic(BaseModel):
+    rank: int
+    rows_per_s: float
+    wait_share: float
+
+
+class RankWaitPublic(BaseModel):
+    rank: int
+    wait_share: float
+
+
+class InputBoundPublic(BaseModel):
+    """Share of step time the training loop waited for data: median rank, worst ranks."""
+
+    job_share: float | None
+    ranks: list[RankWaitPublic]
+    bound: list[int]
+    verdict: str
+
+
+class StragglerPublic(BaseModel):
+    rank: int
+    rows_per_s: float
+    stall_frac: float
+    reason: str
+
+
+class ThroughputPublic(BaseModel):
+    run_id: str
+    crashed_at: float | None  # the last report of the crashed ranks, if the run crashed
+    bucket_s: float
+    band: list[BandPointPublic]
+    count: int
+    slowest: list[RankWindowPublic]
+    stragglers: list[StragglerPublic]
+    input: InputBoundPublic
+    tokens_per_s: float | None  # packed data: the job's tokens/s over the last 30 s
+
+
+class EventPublic(BaseModel):
+    kind: str
+    ts: float
+    rank: int
+    world_size: int
+    epoch: int | None
+    step: int | None
+    global_step: int | None
+    data: dict[str, Scalar | list[int]]
+
+
+class EventsPublic(BaseModel):
+    data: list[EventPublic]
+    count: int
+
+
+class TimelineItemPublic(BaseModel):
+    """Discrete events of all ranks folded into one line, e.g. 'W 8 → 4 at step 1,200'."""
+
+    kind: str
+    ts: float
+    end_ts: float | None
+    epoch: int | None
+    step: int | None
+    world_size: int
+    world_size_before: int | None
+    path: Scalar
+    ranks: int
+    label: str
+
+
+class TimelinePublic(BaseModel):
+    data: list[TimelineItemPublic]
+    count: int

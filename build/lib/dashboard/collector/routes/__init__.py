@@ -1,0 +1,1 @@
+"""One `APIRouter` per resource: health, events (ingest and listing), runs (views)."""

@@ -1,0 +1,444 @@
+"""Events on disk: SQLite in WAL mode, one writer connection, one reader per thread.
+
+Progress events (one per rank per second) become narrow `samples` rows plus a 10-second
+`rollup`, so a whole hour of 64 ranks is drawn from ~23k rollup rows instead of 230k
+samples; the rank's latest position goes to `ranks`. Discrete events (checkpoints, resumes,
+epoch ends) are kept whole in `events`. WAL lets the dashboard read while ranks write, and
+`synchronous=NORMAL` trades the last few events on power loss for ingest speed: telemetry
+is lossy by design.
+
+Bounded: a run's S is fixed by its first event (a different one is a `RunConflict`, 409),
+at most `new_runs_per_minute` runs start in any minute (`TooManyNewRuns`, 429: so a client
+cannot flush real runs out of retention), every per-run read goes through an index, and
+retention keeps the `keep_runs` most recently
+active runs and drops runs silent for `keep_days` (checked when a run appears and at most
+once a minute otherwise), and raw per-second samples only for a run's last 6 hours.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from dashboard.collector.models import EventIn
+from dashboard.collector.schema import SCHEMA, TABLES, add_columns, connect
+from dashboard.collector.writes import (
+    EPOCH_ENDED,
+    INSERT_EVENT,
+    INSERT_SAMPLE,
+    NEW_WORLD,
+    UPSERT_RANK,
+    UPSERT_ROLLUP,
+    UPSERT_RUN,
+    run_row,
+)
+from loader.wire import (
+    CHECKPOINT_LOADED,
+    CHECKPOINT_SAVED,
+    CLOSED,
+    EPOCH_END,
+    MIXTURE,
+    MIXTURE_PROGRESS,
+    PROGRESS,
+)
+
+ROLLUP_S = 10
+PRUNE_EVERY_S = 60.0
+RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
+  AND k.world_size = r.world_size) AS ranks"""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the store keeps: the `keep_runs` most recently active runs, none silent for
+    `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
+    report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
+    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads), and its latest `keep_live_reports` live
+    mixture reports (each supersedes the ones before; a month-long mixture run sends
+    ~500,000). At most `new_runs_per_minute` new runs."""
+
+    keep_runs: int = 100
+    keep_days: float = 30.0
+    keep_samples_s: float = 6 * 3600.0
+    new_runs_per_minute: int = 60
+    keep_live_reports: int = 1000
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A rank's `closed` event: when, why (`loader/wire.py`'s reasons) and, for an error,
+    the exception's type."""
+
+    ts: float
+    reason: str | None
+    error: str | None = None
+    rank: int = -1
+
+    @classmethod
+    def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
+        said = orjson.loads(data) if data else {}
+        reason, error = said.get("reason"), said.get("error")
+        return cls(
+            float(ts),
+            reason if isinstance(reason, str) else None,
+            error if isinstance(error, str) else None,
+            int(rank),
+        )
+
+
+class RunConflict(ValueError):
+    """An event contradicts what its run already is (e.g. another number of splits)."""
+
+
+class TooManyNewRuns(ValueError):
+    """More new runs in the last minute than allowed: retention must not be flushed by spam."""
+
+
+class Store:
+    """The collector's only access to SQLite; methods return plain rows and dicts."""
+
+    def __init__(self, path: str | Path, retention: Retention | None = None) -> None:
+        self.path = str(path)
+        self.retention = retention or Retention()
+        self._created: deque[float] = deque()  # monotonic times of recent new runs
+        self._pruned_at = 0.0
+        self._write = connect(self.path)
+        self._write.executescript(SCHEMA)
+        add_columns(self._write)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+
+    def _read(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.path)
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
+    def query(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        return self._read().execute(sql, args).fetchall()
+
+    def tuples(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Like `query`, as plain tuples: several times cheaper for tens of thousands of rows."""
+        cursor = self._read().cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, args).fetchall()
+
+    def ingest(self, events: Sequence[EventIn], now: float | None = None) -> int:
+        """Store one batch in one transaction: all of it or (on error) none of it.
+
+        Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
+        """
+        runs: dict[str, dict[str, Any]] = {}
+        worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
+        for e in sorted(events, key=lambda e: e.ts):
+            run = runs.get(e.run_id)
+            if run is None:
+                run = runs[e.run_id] = run_row(e)
+            elif run["num_splits"] != e.num_splits:
+                raise RunConflict(_conflict(e.run_id, run["num_splits"], e.num_splits))
+            run["last_ts"], run["events"] = e.ts, run["events"] + 1
+            for key in ("total_epochs", "total_steps", "seq_len"):
+                run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
+            if e.kind == CHECKPOINT_LOADED:
+                run["resumed_ts"] = e.ts
+                worlds.append((e.world_size, e.ts, e.run_id, e.world_size, e.ts))
+            if e.kind == EPOCH_END and e.epoch is not None:
+                step = e.global_step if e.global_step is not None else e.step
+                ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.rank))
+            if e.kind != PROGRESS:
+                data = orjson.dumps(e.data)
+                said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
+                discrete.append((*said, e.epoch, e.step, data, e.global_step))
+                continue
+            lo, hi = e.splits if e.splits else (None, None)
+            cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
+            where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
+            position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
+            packed = (e.tokens, e.blocks_per_split)
+            ranks.append(
+                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
+            )
+            tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
+            row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
+            samples.append((e.run_id, e.rank, e.ts, e.step, *row))
+            rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
+        with self._lock:
+            conn = self._write
+            conn.execute("BEGIN")
+            try:
+                new = self._check_runs(conn, runs)
+                self._count_new_runs(new)
+                conn.executemany(UPSERT_RUN, list(runs.values()))
+                conn.executemany(NEW_WORLD, worlds)
+                conn.executemany(UPSERT_RANK, ranks)
+                conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
+                conn.executemany(INSERT_SAMPLE, samples)
+                conn.executemany(UPSERT_ROLLUP, rollup)
+                conn.executemany(INSERT_EVENT, discrete)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        now = time.time() if now is None else now
+        if new or now - self._pruned_at >= PRUNE_EVERY_S:
+            self.prune(now)
+        return len(events)
+
+    @staticmethod
+    def _check_runs(conn: sqlite3.Connection, runs: dict[str, dict[str, Any]]) -> int:
+        """Refuse events whose S is not their run's; how many runs the batch starts."""
+        marks = ",".join("?" * len(runs))
+        sql = f"SELECT run_id, num_splits FROM runs WHERE run_id IN ({marks})"
+        known = dict(conn.execute(sql, list(runs)).fetchall())
+        for run_id, num_splits in known.items():
+            if num_splits != runs[run_id]["num_splits"]:
+                raise RunConflict(_conflict(run_id, num_splits, runs[run_id]["num_splits"]))
+        return len(runs) - len(known)
+
+    def _count_new_runs(self, new: int) -> None:
+        """Allow `new` more runs if the last minute's stay within `new_runs_per_minute`."""
+        if not new:
+            return
+        now = time.monotonic()
+        while self._created and self._created[0] < now - 60:
+            self._created.popleft()
+        limit = self.retention.new_runs_per_minute
+        if len(self._created) + new > limit:
+            raise TooManyNewRuns(
+                f"more than {limit} new runs in a minute: retry later, "
+                "or raise the limit (Settings.new_runs_per_minute)"
+            )
+        self._created.extend([now] * new)
+
+    def prune(self, now: float) -> int:
+        """Apply retention (see `Retention`); returns how many runs were dropped."""
+        keep = self.retention
+        with self._lock:
+            self._pruned_at = now
+            conn = self._write
+            victims = [
+                (row[0],)
+                for row in conn.execute(
+                    "SELECT run_id FROM runs WHERE last_ts < ? UNION "
+                    "SELECT run_id FROM (SELECT run_id FROM runs ORDER BY last_ts DESC "
+                    "LIMIT -1 OFFSET ?)",
+                    (now - keep.keep_days * 86400, keep.keep_runs),
+                )
+            ]
+            conn.execute("BEGIN")
+            try:
+                for table in TABLES:
+                    conn.executemany(f"DELETE FROM {table} WHERE run_id = ?", victims)
+                conn.execute(
+                    "DELETE FROM samples WHERE rowid IN (SELECT s.rowid FROM runs r "
+                    "JOIN samples s ON s.run_id = r.run_id AND s.ts < r.last_ts - ?)",
+                    (keep.keep_samples_s,),
+                )
+                conn.execute(
+                    "DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, row_number() "
+                    "OVER (PARTITION BY run_id ORDER BY ts DESC, id DESC) AS newer FROM events "
+                    "WHERE kind = ?) WHERE newer > ?)",
+                    (MIXTURE_PROGRESS, keep.keep_live_reports),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(victims)
+
+    def count(self) -> int:
+        """Events stored: every progress sample plus every discrete event."""
+        row = self.query("SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM events)")
+        return int(row[0][0])
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r ORDER BY last_ts DESC")
+        return [dict(row) for row in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run by its primary key: the cost does not grow with the number of runs."""
+        rows = self.query(f"SELECT {RUN_COLUMNS} FROM runs r WHERE run_id = ?", run_id)
+        return dict(rows[0]) if rows else None
+
+    def ranks(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
+        rows = self.query(
+            "SELECT * FROM ranks WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            run_id,
+            world_size,
+        )
+        out = []
+        for row in rows:
+            rank = dict(row)
+            for key in ("run_id", "lo", "hi"):
+                del rank[key]
+            rank["splits"] = [row["lo"], row["hi"]] if row["lo"] is not None else []
+            rank["cursors"] = orjson.loads(row["cursors"]) if row["cursors"] else None
+            out.append(rank)
+        return out
+
+    def series(self, run_id: str, since: float, bucket_s: int) -> list[tuple[Any, ...]]:
+        """Per rank and time bucket: (rank, t, rows, batches, wait_s, interval_s), summed.
+
+        Buckets of at least `ROLLUP_S` read the rollup (10× fewer rows); finer ones the
+        samples, which a live view only asks for over the last minutes.
+        """
+        sums = "sum(rows) AS rows, sum(batches) AS batches, sum(wait_s) AS wait_s, "
+        sums += "sum(interval_s) AS interval_s"
+        if bucket_s == ROLLUP_S:  # rollup rows as they are: no GROUP BY to pay for
+            return self.tuples(
+                "SELECT rank, bucket * ? AS t, rows, batches, wait_s, interval_s FROM rollup "
+                "WHERE run_id = ? AND bucket >= ?",
+                ROLLUP_S,
+                run_id,
+                int(since // ROLLUP_S),
+            )
+        if bucket_s >= ROLLUP_S:
+            k = bucket_s // ROLLUP_S
+            return self.tuples(
+                f"SELECT rank, (bucket / ?) * ? AS t, {sums} FROM rollup "
+                "WHERE run_id = ? AND bucket >= ? GROUP BY t, rank ORDER BY t, rank",
+                k,
+                k * ROLLUP_S,
+                run_id,
+                int(since // ROLLUP_S),
+            )
+        return self.tuples(
+            f"SELECT rank, CAST(ts / ? AS INTEGER) * ? AS t, {sums} FROM samples "
+            "WHERE run_id = ? AND ts >= ? GROUP BY t, rank ORDER BY t, rank",
+            bucket_s,
+            bucket_s,
+            run_id,
+            since,
+        )
+
+    def events(self, run_id: str, kind: str | None, limit: int) -> list[dict[str, Any]]:
+        sql = "SELECT kind, ts, rank, world_size, epoch, step, global_step, data FROM events "
+        sql += "WHERE run_id = ?"
+        args: list[Any] = [run_id]
+        if kind:
+            sql += " AND kind = ?"
+            args.append(kind)
+        rows = self.query(sql + " ORDER BY ts DESC LIMIT ?", *args, limit)
+        return [{**dict(row), "data": orjson.loads(row["data"])} for row in reversed(rows)]
+
+    def latest_mixture(self, run_id: str) -> dict[str, Any] | None:
+        """A mixture run's latest facts: its last `mixture` or live `mixture_progress` event
+        (by global step, then time) whose data names the datasets; None for other runs."""
+        found = [e for kind in (MIXTURE, MIXTURE_PROGRESS) for e in self.events(run_id, kind, 1)]
+        found = [e for e in found if isinstance(e["data"], dict) and e["data"].get("names")]
+        return max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
+
+    def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
+        """Rank → its latest `closed` event (sent by `close()` and at exit) at or after
+        `since` (the events index makes that a short range, not the run's events)."""
+        rows = self.query(
+            "SELECT rank, max(ts) AS ts, data FROM events WHERE run_id = ? AND ts >= ? "
+            "AND world_size = ? AND kind = ? GROUP BY rank",
+            run_id,
+            since,
+            world_size,
+            CLOSED,
+        )
+        return {int(row["rank"]): Closed.of(row["ts"], row["data"]) for row in rows}
+
+    def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
+        """The `closed` events of any world in [since, until): who closed before a resume."""
+        rows = self.query(
+            "SELECT rank, ts, data FROM events WHERE run_id = ? AND ts >= ? AND ts < ? "
+            "AND kind = ?",
+            run_id,
+            since,
+            until,
+            CLOSED,
+        )
+        return [Closed.of(row["ts"], row["data"], row["rank"]) for row in rows]
+
+    def last_active(self, run_id: str, until: float) -> sqlite3.Row | None:
+        """The latest sample before `until` in which a rank handed out batches (the index
+        on (run_id, ts) read backwards: it stops at the first match)."""
+        rows = self.query(
+            "SELECT ts, rank FROM samples WHERE run_id = ? AND ts < ? AND batches > 0 "
+            "ORDER BY ts DESC LIMIT 1",
+            run_id,
+            until,
+        )
+        return rows[0] if rows else None
+
+    def rank_totals(self, run_id: str, since: float, world_size: int) -> list[sqlite3.Row]:
+        """Per rank of the world: rows, tokens (packed data, else NULL), wait and covered
+        seconds summed over the rollup buckets from the one holding `since` (10x fewer rows
+        than the samples)."""
+        return self.query(
+            "SELECT rank, sum(rows) AS rows, sum(tokens) AS tokens, sum(wait_s) AS wait_s, "
+            "sum(interval_s) AS iv "
+            "FROM rollup WHERE run_id = ? AND bucket >= ? AND rank < ? GROUP BY rank "
+            "ORDER BY rank",
+            run_id,
+            int(since // ROLLUP_S),
+            world_size,
+        )
+
+    def heartbeats(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
+        """Each rank's last report: when, its send interval and position (no cursors)."""
+        rows = self.query(
+            "SELECT rank, ts, interval_s, prev_interval_s, epoch, step, global_step, step_ts, "
+            "epochs_done, end_step FROM ranks "
+            "WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            run_id,
+            world_size,
+        )
+        return [dict(row) for row in rows]
+
+    def checkpoints_saved(self, run_id: str) -> int:
+        """Checkpoints saved in the run, folded across ranks (one per step and world size)."""
+        rows = self.query(
+            "SELECT count(*) FROM (SELECT DISTINCT coalesce(global_step, step), world_size "
+            "FROM events WHERE run_id = ? AND kind = ?)",
+            run_id,
+            CHECKPOINT_SAVED,
+        )
+        return int(rows[0][0])
+
+    def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
+        """Discrete events but `closed` and live mixture reports, folded across ranks: one row per kind, epoch, step
+        (global when sent) and world size, with the data of its first event and the count
+        of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
+        rows = self.query(
+            "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
+            "data, count(DISTINCT rank) AS ranks FROM events WHERE run_id = ? AND kind != ? "
+            "AND kind != ? GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
+            run_id,
+            CLOSED,
+            MIXTURE_PROGRESS,
+            limit,
+        )
+        return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]
+
+    def reporting_buckets(self, run_id: str) -> list[int]:
+        """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""
+        rows = self.query("SELECT DISTINCT bucket FROM rollup WHERE run_id = ?", run_id)
+        return sorted(int(row[0]) for row in rows)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in [self._write, *self._readers]:
+                conn.close()
+            self._readers.clear()
+
+
+def _conflict(run_id: str, num_splits: int, got: int) -> str:
+    return (
+        f"run {run_id!r} has num_splits={num_splits}, this event says {got}: a run's S "
+        "cannot change; give the new layout its own run id (ELASTIC_LOADER_RUN_ID)"
+    )

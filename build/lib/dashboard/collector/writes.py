@@ -1,0 +1,84 @@
+"""The statements `Store.ingest` writes with, and the `runs` row a batch starts.
+
+Kept apart from `store.py` (which runs them in one transaction and answers the reads) so
+each stays short; every statement is keyed by the tables' primary keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.collector.models import EventIn
+
+UPSERT_RUN = """
+INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
+  world_size, world_since, events, total_epochs, total_steps, seq_len, resumed_ts)
+  VALUES (:run_id, :first_ts, :last_ts, :num_splits, :rows_per_split, :batch_size,
+  :world_size, :first_ts, :events, :total_epochs, :total_steps, :seq_len, :resumed_ts)
+ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
+  total_epochs = coalesce(excluded.total_epochs, total_epochs),
+  total_steps = coalesce(excluded.total_steps, total_steps),
+  seq_len = coalesce(excluded.seq_len, seq_len),
+  resumed_ts = coalesce(max(resumed_ts, excluded.resumed_ts), resumed_ts, excluded.resumed_ts),
+  last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
+  rows_per_split = excluded.rows_per_split,
+  batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
+"""
+# Only a resume (`checkpoint_loaded`) on another world size starts a generation, and only
+# if it is newer than the current one began: a late event of the old world, a leftover rank
+# of it or a stray process with the same run id must not take the run over.
+NEW_WORLD = """
+UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
+WHERE run_id = ? AND world_size != ? AND world_since < ?
+"""
+# `step_ts` keeps when the position last moved (a rank that reports but does not step is
+# stalled); `prev_interval_s` the interval before (SET reads the row's old values).
+UPSERT_RANK = """
+INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
+  lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
+  global_batch_size)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
+  step_ts = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
+    AND excluded.epoch IS ranks.epoch THEN coalesce(ranks.step_ts, ranks.ts) ELSE excluded.ts END,
+  prev_interval_s = ranks.interval_s, ts = excluded.ts, host = excluded.host,
+  local_rank = excluded.local_rank, num_workers = excluded.num_workers,
+  epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
+  hi = coalesce(excluded.hi, hi), cursors = coalesce(excluded.cursors, cursors),
+  rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
+  interval_s = excluded.interval_s, tokens = excluded.tokens,
+  blocks_per_split = excluded.blocks_per_split,
+  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
+  WHERE excluded.ts >= ranks.ts
+"""
+INSERT_SAMPLE = """
+INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+UPSERT_ROLLUP = """
+INSERT INTO rollup (run_id, rank, bucket, rows, batches, wait_s, interval_s, tokens)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, bucket, rank) DO UPDATE SET rows = rows + excluded.rows,
+  batches = batches + excluded.batches, wait_s = wait_s + excluded.wait_s,
+  interval_s = interval_s + excluded.interval_s,
+  tokens = CASE WHEN excluded.tokens IS NULL THEN tokens
+    ELSE coalesce(tokens, 0) + excluded.tokens END
+"""
+# An `epoch_end`: the epochs the rank finished and the step it stood at then (a rank whose
+# last report is still at that step stopped at an epoch end).
+EPOCH_ENDED = """
+UPDATE ranks SET epochs_done = max(coalesce(epochs_done, 0), ?), end_step = ?
+WHERE run_id = ? AND world_size = ? AND rank = ?
+"""
+INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
+INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def run_row(e: EventIn) -> dict[str, Any]:
+    """The `runs` row a batch's first event of a run starts (the UPSERT_RUN parameters)."""
+    return {
+        "run_id": e.run_id, "first_ts": e.ts, "last_ts": e.ts, "num_splits": e.num_splits,
+        "rows_per_split": e.rows_per_split, "batch_size": e.batch_size,
+        "world_size": e.world_size, "events": 0, "total_epochs": None, "total_steps": None,
+        "seq_len": None, "resumed_ts": None,
+    }  # fmt: skip

@@ -1,0 +1,58 @@
+"""A mixture run's per-dataset table, from the loader's `mixture` events (loader/wire.py).
+
+Standard library and pandas only (the Progress page draws it): per dataset its weight now,
+the rows (or tokens) supplied since the run began, passes completed, and its share of the
+rows read in the last 100 global steps and since the weights took effect, beside that weight.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pandas as pd
+
+# The window of the recent-share column: the last report at least this many global steps
+# before the latest (or the weights' first, when the phase is younger).
+WINDOW_STEPS = 100
+
+
+def mixture_frame(events: list[dict[str, Any]]) -> pd.DataFrame | None:
+    """One row per dataset, or None when the run sent no mixture event."""
+    facts = [e for e in events if isinstance(e.get("data"), dict) and e["data"].get("names")]
+    if not facts:
+        return None
+    facts.sort(key=lambda e: (e.get("global_step") or 0, e.get("ts") or 0))
+    last = facts[-1]["data"]
+    names = str(last["names"]).split(",")
+    weights = [Fraction(w) for w in str(last["weights"]).split(",")]
+    supplied = list(last.get("supplied") or [0] * len(names))
+    phase = [e for e in facts if e["data"].get("phase_start") == last.get("phase_start")]
+    end = facts[-1].get("global_step") or 0
+    recent = [e for e in phase if (e.get("global_step") or 0) <= end - WINDOW_STEPS]
+    since = _since(supplied, phase[0]["data"])
+    window = _since(supplied, (recent[-1] if recent else phase[0])["data"])
+    tokens = last.get("tokens")
+    frame = pd.DataFrame(
+        {
+            "dataset": names,
+            "weight": [f"{float(w):.1%}" for w in weights],
+            "rows supplied": [f"{v:,}" for v in supplied],
+            "passes completed": [str(p) for p in last.get("passes") or [0] * len(names)],
+            f"share of the last {WINDOW_STEPS} steps": _shares(window),
+            "share since the weights took effect": _shares(since),
+        }
+    )
+    if tokens:
+        frame.insert(3, "tokens supplied", [f"{t:,}" for t in tokens])
+    return frame.set_index("dataset")
+
+
+def _since(supplied: list[int], then: dict[str, Any]) -> list[int]:
+    """Rows each dataset supplied after the event whose data is `then`."""
+    return [now - was for now, was in zip(supplied, then.get("supplied") or supplied, strict=False)]
+
+
+def _shares(counts: list[int]) -> list[str]:
+    total = sum(counts)
+    return [f"{v / total:.1%}" if total else "—" for v in counts]

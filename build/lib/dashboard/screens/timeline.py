@@ -1,0 +1,36 @@
+"""Timeline: checkpoints (with their path), resumes, epoch ends, outages and a crash,
+placed by time and labelled by global step."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, ui
+
+
+@st.fragment(run_every=ui.REFRESH)
+def live(by_step: bool) -> None:
+    run_id = ui.selected_run()
+    items = ui.fetch("timeline", run_id) if run_id else None
+    if items is None:
+        return
+    if not items:
+        st.caption("No checkpoint, resume or epoch end yet.")
+        return
+    ui.show(charts.timeline_chart(items, by_step))
+    frame = pd.DataFrame(
+        {
+            "time (UTC)": [ui.clock(i["ts"]) for i in items],
+            "event": [i["label"] for i in items],
+            "global step": [f"{i['step']:,}" if i["step"] is not None else "—" for i in items],
+            "checkpoint": [ui.plain(i["path"]) if i["path"] else "—" for i in items],
+            "ranks": [i["ranks"] or "—" for i in items],
+        }
+    )
+    st.table(frame.iloc[::-1].set_index("time (UTC)"))
+
+
+st.header("Timeline")
+axis = st.radio("axis", ["time", "global step"], horizontal=True, label_visibility="collapsed")
+live(axis == "global step")

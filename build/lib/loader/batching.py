@@ -1,0 +1,99 @@
+"""How a StreamingDataLoader cuts its stream: its batching from the user's arguments, the
+default read size, which torch arguments it takes, and the tasks still to read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from loader import args
+from loader.mixture.dataset import MixedDataset
+from loader.progress import Batching
+from loader.readable import Position, Readable, Stream, check_fits
+
+READ_ROWS = 8192  # units per read by default: rows ...
+READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
+# ... of the default batch, whose fields take 32 B a token, plus ~4 B a token read: a packed
+# read holds about READ_BYTES, so a narrow batch (pack_fields/pack_dtype) reads more tokens
+READ_BYTES = READ_TOKENS * (32 + 4)
+DEFAULT_BATCH: Any = object()  # batch_size left out: 1, or what global_batch_size makes it
+_PLANNED = ("sampler", "batch_sampler")  # the plan decides which rows, in which order
+_IN_ORDER = (
+    "in_order=False hands out batches in the order workers finish them, so on several ranks "
+    "global batch t would mix different steps of different ranks (and each rank's state would "
+    "differ); it is supported on one rank (world_size=1), where the state holds the batches "
+    "handed out ahead of the others. On several ranks keep in_order=True (the default) and "
+    "raise num_workers/prefetch_factor for throughput"
+)
+
+
+def pending_tasks(stream: Stream, progress: Position, per_read: int) -> Iterator[Any]:
+    """The stream's tasks of up to `per_read` batches, leaving out batches already handed
+    out (ahead of the others, with in_order=False)."""
+    index = 0
+    while index < stream.num_batches:
+        if progress.handed_out(index):
+            index += 1
+            continue
+        stop = index + 1
+        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
+            stop += 1
+        yield stream.task(index, stop - index)
+        index = stop
+
+
+def default_read_size(tokens_per_unit: int | None, field_bytes: int = 32) -> int:
+    """Units per read when the user gives none: 8192 rows, or blocks of about READ_BYTES
+    (the tokens read and the `field_bytes` a token the batch's fields take): 2**18 tokens,
+    128 blocks of 2048, for the default batch (a read of 8192 such blocks would allocate
+    ~0.5 GB of fields at once, and reads of 512 measured ~1.6x slower per token than reads
+    of 128); 576 blocks of int32 input_ids alone, which measured ~1.3x the tokens/s of 128
+    (benchmarks/README.md, #21)."""
+    if tokens_per_unit is None:
+        return READ_ROWS
+    return max(1, READ_BYTES // (field_bytes + 4) // tokens_per_unit)
+
+
+def batching_of(
+    dataset: Readable,
+    batch_size: int | None,
+    global_batch_size: int | None,
+    drop_last: bool,
+) -> Batching:
+    """The loader's batching from batch_size (per rank) or global_batch_size (G), checked
+    against the dataset's layout (`loader.layout` says which world sizes fit)."""
+    drop_last = args.boolean("drop_last", drop_last)
+    world = dataset.world_size
+    if global_batch_size is None:
+        batch_size = args.integer("batch_size", 1 if batch_size is DEFAULT_BATCH else batch_size, 1)
+        check_fits(dataset, world, batch_size * world)
+        return Batching(batch_size, drop_last)
+    global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
+    if batch_size is not DEFAULT_BATCH:
+        batch_size = args.integer("batch_size", batch_size, 1)
+        if batch_size * world != global_batch_size:
+            raise ValueError(
+                f"batch_size={batch_size} on world_size={world} makes a global batch of "
+                f"{batch_size * world}, not global_batch_size={global_batch_size}; pass one "
+                f"of them"
+            )
+    check_fits(dataset, world, global_batch_size)
+    return Batching(None, drop_last, global_batch_size)
+
+
+def check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) -> bool | None:
+    """Accept torch/LitData arguments that agree with the plan, refuse those that do not;
+    the `shuffle` to apply (as LitData: see `StreamingDataset.use_shuffle`)."""
+    planned = [k for k in _PLANNED if kwargs.get(k) is not None]
+    if planned:
+        raise ValueError(
+            f"{planned} are decided by the plan (shuffle=/shuffle_seed= on the dataset); "
+            f"remove them"
+        )
+    for key in _PLANNED:
+        kwargs.pop(key, None)
+    if kwargs.get("in_order", True) is not True and dataset.world_size > 1:
+        raise ValueError(_IN_ORDER)
+    if kwargs.get("in_order", True) is not True and isinstance(dataset, MixedDataset):
+        raise ValueError("in_order=False: a mixture's batches are recorded in order")
+    return None if shuffle is None else args.boolean("shuffle", shuffle)

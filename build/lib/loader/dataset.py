@@ -1,0 +1,421 @@
+"""StreamingDataset: one rank's rows of a pinned table, in the elastic order.
+
+Keeps the keyword names of `lancedb.streaming.StreamingDataset`, so switching is one
+import. It owns the plan, the pinned source and one `Progress` (the position: epoch,
+cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly yields rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from torch.utils.data import IterableDataset, get_worker_info
+
+from loader import args
+from loader import state as st
+from loader.layout import owned_splits
+from loader.packing import PACKED_CLUMP, PackedTokens, pack_spec
+from loader.plan import PlanSpec, ShuffleRequest
+from loader.progress import ROWS, Batching, Progress
+from loader.read.reader import ON_ERROR, OnError
+from loader.sources import ResolvedSource, identity_for, resolve_source
+from loader.state import PlanIdentity
+from loader.units import BlockUnits, UnitRequest, Units
+from loader.world import OnWorld, World, agree_with_rank0, agreement_group, resolve_world
+
+ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
+SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
+
+
+class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
+    """This rank's rows of a pinned table, in the elastic order (see the README's contract).
+
+    Args:
+        source: a LanceDB table, a Lance dataset, an Arrow table or dataset, or a path/URI
+            to a `.lance` folder or Parquet files.
+        columns: the columns to read (None: all).
+        filter: rows to keep (SQL string for Lance/LanceDB, an Arrow expression otherwise);
+            N counts the rows that pass it.
+        num_splits: S, fixed for the life of a run (default: world_size, with a warning).
+        shuffle, shuffle_seed, shuffle_clump_size: the plan's order. `shuffle_seed=None`
+            picks a random seed on rank 0 (shared by broadcast), saved in the state; loading
+            a state adopts the saved seed. Clumps of C rows stay contiguous.
+        epoch: the epoch to start at (a loaded state overrides it).
+        rank, world_size: this rank and W (default: torch.distributed's, else 0 and 1).
+        transform, on_error: a per-row function and what a failing row does ("raise",
+            "skip", "warn"; a process's skipped rows are counted in `reader.skipped_rows`).
+        version: the table version to pin (default: the one rank 0 sees at start).
+        allow_source_change: resume although the source's identity differs.
+        storage_options: object-store options (default: the LanceDB connection's).
+        pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks
+            of `pack_sequences` tokens (docs/packing.md); a split's unit is then a block.
+        pack_fields, pack_dtype: what a packed batch holds (None: all five fields) and the
+            dtype of its token fields ("int64", or "int32": 4 bytes a token); the output only,
+            not in the state (`loader.derive_packed_fields` makes the rest on the GPU).
+        process_group: the group the table version (and a picked seed) is agreed over:
+            by default torch.distributed's group when this dataset's rank/world_size are
+            the process's (so a dataset one rank builds alone, rank=0, world_size=1, waits
+            for nobody); a group to agree over a subset; False for no agreement.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        num_splits: int | None = None,
+        shuffle: bool = True,
+        shuffle_seed: int | None = 0,
+        shuffle_clump_size: int | None = None,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        on_error: OnError = "raise",
+        version: int | None = None,
+        allow_source_change: bool = False,
+        storage_options: dict[str, str] | None = None,
+        pack_sequences: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        blocks_per_epoch: int | None = None,
+        process_group: Any = None,
+        pack_fields: list[str] | tuple[str, ...] | None = None,
+        pack_dtype: Any = "int64",
+    ) -> None:
+        if source is None:
+            raise ValueError(
+                "source is None; pass a LanceDB table, a Lance dataset, an Arrow table or "
+                "dataset, or a path to a .lance folder or Parquet files"
+            )
+        self.world: World = resolve_world(
+            args.optional_integer("rank", rank, 0),
+            args.optional_integer("world_size", world_size, 1),
+        )
+        self._num_splits = self._splits_or_default(num_splits)
+        columns = args.columns(columns)
+        self._source_args = {
+            "columns": columns,
+            "filter": filter,
+            "storage_options": storage_options,
+        }
+        self._raw_source = source
+        self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
+        self._unit_request = UnitRequest(
+            pack_spec(
+                pack_sequences,
+                eos_id,
+                pad_id,
+                blocks_per_epoch,
+                columns,
+                self._num_splits,
+                pack_fields,
+                pack_dtype,
+            ),
+            args.callable_or_none("transform", transform),
+            args.one_of("on_error", on_error, ON_ERROR),
+        )
+        if self._unit_request.pack is not None and transform is not None:
+            raise ValueError("transform (per row) cannot be combined with pack_sequences")
+        group = agreement_group(self.world, process_group, version is not None)  # not kept
+        self._seed_picked = shuffle_seed is None
+        seed = self._pick_seed(group) if shuffle_seed is None else shuffle_seed
+        self._request = ShuffleRequest(
+            args.boolean("shuffle", shuffle),
+            args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
+            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
+            or (PACKED_CLUMP if self._unit_request.pack is not None else 1),
+        )
+        start_epoch = args.integer("epoch", epoch, 0)
+        resolved, plan = self._resolve(version)
+        if version is None:  # a fresh start: every rank reads the version rank 0 sees
+            agreed = agree_with_rank0(resolved.spec.version, group, "table version")
+            if agreed != resolved.spec.version:
+                resolved, plan = self._resolve(agreed)
+        self._adopt(resolved, plan)
+        self._state_loaded = False
+        self.progress = Progress(
+            self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
+        )
+
+    def _splits_or_default(self, num_splits: int | None) -> int:
+        splits = args.optional_integer("num_splits", num_splits, 1)
+        if splits is not None:
+            return splits
+        warnings.warn(
+            f"num_splits not set: using world_size={self.world.world_size}. A resume on another "
+            f"number of GPUs needs the same num_splits; set it explicitly (e.g. num_splits=48)",
+            stacklevel=3,
+        )
+        return self.world.world_size
+
+    @property
+    def transform(self) -> Callable[[dict[str, Any]], Any] | None:
+        return self._unit_request.transform
+
+    @property
+    def on_error(self) -> OnError:
+        return self._unit_request.on_error
+
+    def _pick_seed(self, group: Any) -> int:
+        """A random seed, the same on every rank: rank 0's, by broadcast."""
+        if self.world.world_size > 1 and group is None:
+            raise ValueError(
+                "shuffle_seed=None picks a seed on rank 0 and shares it through "
+                "torch.distributed, but no process group covers this dataset's ranks here "
+                "(torch.distributed not initialised, rank/world_size not the process's, or "
+                "process_group=False); pass shuffle_seed=<int> (the same on every rank), call "
+                "init_process_group first, or pass process_group=<the group of its ranks>"
+            )
+        seed = agree_with_rank0(secrets.randbelow(SEED_PICKED), group, "picked shuffle_seed")
+        assert seed is not None
+        return seed
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies (plain DataLoader workers under spawn) read through the picklable reader;
+        the user's table handle stays with the original, which alone may re-pin."""
+        state = self.__dict__.copy()
+        state["_raw_source"] = None
+        return state
+
+    # -- the source and the plan ------------------------------------------------------
+
+    def _resolve(
+        self, version: int | None, seed: int | None = None
+    ) -> tuple[ResolvedSource, PlanSpec]:
+        """The source at `version` and the plan on its filtered row count (changes nothing)."""
+        if self._raw_source is None:
+            raise RuntimeError(
+                "this StreamingDataset is a pickled copy (e.g. inside a DataLoader worker) and "
+                "cannot reopen its source; load states into the original in the main process"
+            )
+        resolved = resolve_source(self._raw_source, version=version, **self._source_args)
+        return resolved, self._plan_on(resolved, seed)
+
+    def _plan_on(self, resolved: ResolvedSource, seed: int | None = None) -> PlanSpec:
+        request = self._request if seed is None else self._request.with_seed(seed)
+        return PlanSpec.of(resolved.num_rows, self._num_splits, request)
+
+    def _adopt(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> None:
+        self.plan = plan
+        self._request = plan.request
+        self.units: Units = self._unit_request.bind(resolved, plan, lengths)
+
+    @property
+    def reader(self) -> Any:
+        """What reads this dataset's BatchTasks (rows or packed blocks)."""
+        return self.units.reader
+
+    @property
+    def packing(self) -> PackedTokens | None:
+        """The packed token blocks, when packing."""
+        return self.units.packing if isinstance(self.units, BlockUnits) else None
+
+    def use_shuffle(self, shuffle: bool) -> None:
+        """Turn shuffling on or off, as LitData's `StreamingDataLoader(ds, shuffle=...)` does:
+        only while nothing has been read and no state loaded (the plan is then still free to
+        change; the seed is kept). After that the order is fixed, so a change is refused."""
+        if shuffle == self.plan.shuffle:
+            return
+        if self._state_loaded or not self.progress.untouched():
+            raise ValueError(
+                f"shuffle={shuffle} contradicts the dataset, built with shuffle="
+                f"{self.plan.shuffle}, and rows have already been read from it (or a state "
+                f"loaded), so its order cannot change now; pass shuffle={shuffle} to "
+                f"StreamingDataset (or leave shuffle out of StreamingDataLoader)"
+            )
+        lengths = self.packing.lengths if self.packing is not None else None
+        self._adopt(self.source, dataclasses.replace(self.plan, shuffle=shuffle), lengths)
+
+    def units_per_split(self, epoch: int) -> int:
+        """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
+        return self.units.per_split(epoch)
+
+    @property
+    def source(self) -> ResolvedSource:
+        return self.reader.source
+
+    @property
+    def num_rows(self) -> int:
+        return self.plan.num_rows
+
+    @property
+    def num_splits(self) -> int:
+        return self.plan.num_splits
+
+    @property
+    def rows_per_split(self) -> int:
+        return self.plan.rows_per_split
+
+    @property
+    def shuffle_seed(self) -> int:
+        """The seed in use (the picked one when built with shuffle_seed=None)."""
+        return self.plan.shuffle_seed
+
+    @property
+    def splits(self) -> range:
+        """The splits this rank reads when iterated row by row (a StreamingDataLoader's
+        `splits` says which it reads with its global batch)."""
+        return owned_splits(self.rank, self.world_size, self.num_splits, self._row_global())
+
+    def _row_global(self) -> int | None:
+        """The global batch of row-by-row iteration: none (one row a rank) where W divides
+        S; otherwise a step of one row of every split, for the state's `skipped` only."""
+        if self.num_splits % self.world_size == 0:
+            return None
+        return self.num_splits * -(-self.world_size // self.num_splits)
+
+    def row_batching(self, read_size: int = 1) -> Batching:
+        """How row-by-row iteration cuts the stream: `read_size` rows per read."""
+        if self._row_global() is not None:
+            raise ValueError(
+                f"iterating a StreamingDataset row by row needs world_size={self.world_size} "
+                f"to divide num_splits={self.num_splits}; for any world size, batch it with "
+                f"StreamingDataLoader(ds, global_batch_size=G), G a multiple of num_splits"
+            )
+        return Batching(read_size, False)
+
+    @property
+    def epoch(self) -> int:
+        return self.progress.epoch
+
+    def plan_identity(self, drop_last: bool) -> PlanIdentity:
+        return self._identity(self.plan, self.source, drop_last)
+
+    def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> PlanIdentity:
+        kept = source.filter if isinstance(source.filter, str | None) else str(source.filter)
+        return plan.identity(kept, drop_last, self._unit_request.identity())
+
+    # -- position and state -------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning, unless the position is already in it."""
+        self.progress.set_epoch(args.integer("epoch", epoch, 0))
+
+    def make_state(self, batching: Batching) -> dict[str, Any]:
+        """The state at the current position, for batches cut as `batching` says."""
+        return self._state_of(self.progress.state_dict(batching), batching.drop_last)
+
+    def state_at(self, epoch: int, cursors: list[int]) -> dict[str, Any]:
+        """The state of this dataset read alone on one rank at (epoch, cursors in units of
+        `units_per_split`): what a mixture saves for each of its datasets."""
+        position = {
+            st.KEY_EPOCH: epoch,
+            st.KEY_CURSORS: list(cursors),
+            st.KEY_SKIPPED: 0,
+            st.KEY_WORLD_SIZE: 1,
+            st.KEY_STEP: 0,
+            st.KEY_GLOBAL_STEP: 0,
+            st.KEY_GLOBAL_BATCH: self.num_splits,
+        }
+        return self._state_of(position, False)
+
+    def _state_of(self, position: dict[str, Any], drop_last: bool) -> dict[str, Any]:
+        position[st.KEY_CURSORS], extra = self.units.to_state(
+            position[st.KEY_EPOCH], position[st.KEY_CURSORS]
+        )
+        state = st.make_state(self.plan_identity(drop_last), self.source.spec.identity(), position)
+        state.update(extra)
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The row-level position (the loader's `state_dict` is the one to use with batches)."""
+        global_batch = self._row_global()
+        return self.make_state(
+            ROWS if global_batch is None else Batching(None, False, global_batch)
+        )
+
+    def load_state_dict(self, state: dict[str, Any], drop_last: bool | None = None) -> None:
+        """Validate `state` against this dataset and move to it (effective at the next iteration).
+
+        A LanceDB/Lance source is reopened at the state's version first, so the plan is
+        rebuilt on exactly the rows the saved run was reading. A dataset built with
+        `shuffle_seed=None` adopts the state's seed.
+        """
+        st.check_state(state)
+        if state[st.KEY_FORMAT] != st.FORMAT:
+            raise ValueError(
+                "this is a mixture's state (format elastic-loader/mixture/dataset): load it into the "
+                "MixedDataset, or its part state['sources'][k] into dataset k"
+            )
+        seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
+        resolved, plan = self.source, self.plan
+        saved_version = state[st.KEY_SOURCE].get("version")
+        if saved_version is not None and saved_version != resolved.spec.version:
+            resolved, plan = self._resolve(saved_version, seed)
+        elif seed != plan.shuffle_seed:
+            plan = self._plan_on(resolved, seed)
+        saved_source = state[st.KEY_SOURCE]
+        st.check_source(state, identity_for(resolved.spec, saved_source), self.allow_source_change)
+        st.compare_plan(
+            state,
+            self._identity(plan, resolved, bool(drop_last)),
+            num_rows=not self.allow_source_change,
+            drop_last=drop_last is not None,
+        )
+        st.check_cursors(state, plan.num_splits, plan.rows_per_split)
+        if resolved is not self.source or plan != self.plan:  # every check passed: re-pin
+            self._adopt(resolved, plan)
+        self._state_loaded = True  # the plan is the state's from now on (see use_shuffle)
+        epoch = state[st.KEY_EPOCH]
+        self.progress.load_state_dict(
+            {**state, st.KEY_CURSORS: self.units.from_state(state)}, self.units_per_split(epoch)
+        )
+
+    def _saved_seed(self, state: dict[str, Any]) -> int:
+        seed = state[st.KEY_PLAN].get(st.PLAN_SHUFFLE_SEED)
+        try:
+            return args.integer("plan.shuffle_seed", seed, 0, args.SEED_LIMIT)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"loader state: {err}") from None
+
+    # -- rows ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.progress.peek(self.row_batching()).rows
+
+    def __iter__(self) -> Iterator[Any]:
+        """This rank's remaining rows of the epoch; the position follows the rows yielded.
+
+        Inside DataLoader workers each worker takes every w-th read of the stream, so the
+        union is every row once (use StreamingDataLoader for an order independent of w).
+        """
+        info = get_worker_info()
+        if isinstance(self.units, BlockUnits):
+            yield from self._iter_blocks(info)
+            return
+        by_row = self.row_batching()
+        stream = self.progress.start(by_row) if info is None else self.progress.peek(by_row)
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+
+        def recorded() -> None:  # a row reached the caller (or was skipped by on_error)
+            self.progress.record(stream)
+
+        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
+            task = stream.task(first, ROW_READ_SIZE)  # a batch is a row: one read of 1024
+            table, restore = self.reader.read(self.reader.positions(task))
+            rows = table.take(pa.array(restore)).to_pylist()
+            yield from self.reader.transformed(rows, on_each=None if info else recorded)
+
+    def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
+        """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""
+        rows = self.row_batching()
+        stream = self.progress.start(rows) if info is None else self.progress.peek(rows)
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
+            for batch in self.reader[stream.task(first, ROW_READ_SIZE)]:
+                if info is None:
+                    self.progress.record(stream)
+                yield {k: v if k == "cu_seqlens" else v[0] for k, v in batch.items()}
+
+    def __repr__(self) -> str:
+        spec = self.source.spec
+        return (
+            f"StreamingDataset({spec.kind}:{spec.uri} v{spec.version}, N={self.num_rows}, "
+            f"S={self.num_splits}, rank {self.rank}/{self.world_size}, epoch {self.epoch})"
+        )

@@ -1,0 +1,1 @@
+"""Mixtures: several datasets at set proportions (MixedDataset), their plan, stream, reader and state."""

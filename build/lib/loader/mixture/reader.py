@@ -1,0 +1,172 @@
+"""Reading a mixture's task: one read per (dataset, pass) through that dataset's own
+reader, then each batch joined in layout order with the `source` of every row (or block)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from numpy.typing import NDArray
+
+from loader.kernels.rows import _place_rows
+from loader.mixture.stream import MixTask
+from loader.read.convert import (
+    Ragged,
+    column_to_numpy,
+    null_count,
+    one_buffer,
+    single_array,
+    table_to_batch,
+)
+from loader.read.reader import BatchReader, SlicedRead, cut_columns
+
+SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
+
+
+class MixReader:
+    """Reads a MixTask: one read per (dataset, pass) through that dataset's own reader, then
+    each batch joined in layout order with its `source` tensor."""
+
+    def __init__(self, readers: Sequence[Any]) -> None:
+        self.readers = tuple(readers)
+
+    def batches(self, task: MixTask, sub_reads: int = 1) -> Sequence[Any]:
+        rows = all(
+            type(self.readers[k]) is BatchReader and not self.readers[k].transform
+            for k, _ in task.groups
+        )
+        if rows:  # plain rows: numeric columns copied once, straight into place
+            reads = [
+                self.readers[k].read(self.readers[k].positions(t), sub_reads)
+                for k, t in task.groups
+            ]
+            placed = _placed(task, reads)
+            if placed is not None:
+                return placed
+            parts = [
+                _split(table_to_batch(table, order), t.sizes)
+                for (table, order), (_, t) in zip(reads, task.groups, strict=True)
+            ]
+        else:
+            parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
+        out = []
+        for items in task.layout:
+            pieces = [parts[g][i] for g, i in items]
+            sources = [task.groups[g][0] for g, _ in items]
+            counts = [task.groups[g][1].sizes[i] for g, i in items]
+            out.append(join_batches(pieces, sources, counts))
+        return out
+
+    def __getitem__(self, task: MixTask) -> Sequence[Any]:
+        return self.batches(task)
+
+
+def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> SlicedRead:
+    """A read's batches as views of its whole columns (what a worker hands on whole)."""
+    return SlicedRead(whole, np.cumsum((0, *sizes)).tolist(), cut_columns)
+
+
+def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> SlicedRead | None:
+    """The task's batches as slices of one buffer (`one_buffer`, as a single dataset's read),
+    each group's rows copied from its read straight into their places, one kernel call per
+    (column, group); None when a column is not numeric, has nulls, or differs in type
+    between datasets (then the general join, which also names the problem)."""
+    names = reads[0][0].column_names
+    if any(table.column_names != names for table, _ in reads):
+        return None
+    columns: dict[str, list[NDArray[Any]]] = {}
+    for name in names:
+        arrays = []
+        for table, _ in reads:
+            column = single_array(table.column(name))
+            values = column_to_numpy(column) if null_count(column) == 0 else None
+            if values is None:
+                return None
+            arrays.append(values)
+        if any(a.dtype != arrays[0].dtype or a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            return None
+        columns[name] = arrays
+    kinds = {name: arrays[0] for name, arrays in columns.items()}
+    outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
+    if outs is None:
+        return None
+    places = _places(task)
+    for name, arrays in columns.items():
+        dest = _as_words(outs[name].numpy())
+        for values, (_, order), at in zip(arrays, reads, places, strict=True):
+            _place_rows(_as_words(values), order, dest, at)
+    sources = outs[SOURCE_FIELD].numpy()
+    for (k, _), at in zip(task.groups, places, strict=True):
+        sources[at] = k
+    return _split(outs, task.sizes)
+
+
+def _places(task: MixTask) -> list[NDArray[np.int64]]:
+    """Per group, the row of the task's batches (end to end) that each row of its read
+    (in the group's stream order) goes to."""
+    starts = [[0] * len(t.sizes) for _, t in task.groups]  # each piece's first row
+    row = 0
+    for items in task.layout:
+        for g, i in items:
+            starts[g][i] = row
+            row += task.groups[g][1].sizes[i]
+    places = []
+    for (_, t), first in zip(task.groups, starts, strict=True):
+        sizes = np.array(t.sizes, dtype=np.int64)
+        shift = np.array(first, dtype=np.int64) - (np.cumsum(sizes) - sizes)
+        places.append(np.repeat(shift, sizes) + np.arange(int(sizes.sum()), dtype=np.int64))
+    return places
+
+
+def _as_words(values: NDArray[Any]) -> NDArray[Any]:
+    """A column's rows as (rows, words a row) of the widest unsigned word that divides a
+    row's bytes (a view): a copy by 8-byte words runs ~2x faster than by bytes on narrow
+    columns, and four signatures serve every dtype and width."""
+    values = np.ascontiguousarray(values)
+    row_bytes = values.itemsize * math.prod(values.shape[1:])
+    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    return values.reshape(len(values), row_bytes // values.itemsize).view(f"u{word}")
+
+
+def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:
+    """One batch from pieces of several datasets (same keys), plus the `source` of each row."""
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            raise TypeError(
+                f"a mixture's datasets must give dict batches, got {type(piece).__name__}"
+            )
+        if piece.keys() != pieces[0].keys():
+            raise ValueError(
+                f"the datasets of a mixture must give the same columns: {sorted(pieces[0])} and "
+                f"{sorted(piece)}; pass columns=[...] to each StreamingDataset"
+            )
+    out: dict[str, Any] = {}
+    for key in pieces[0]:
+        values = [p[key] for p in pieces]
+        out[key] = values[0] if len(values) == 1 else _join(key, values)
+    out[SOURCE_FIELD] = torch.repeat_interleave(torch.tensor(sources), torch.tensor(counts))
+    return out
+
+
+def _join(key: str, values: list[Any]) -> Any:
+    if key == "cu_seqlens":  # packed: boundaries in each piece's flattened blocks
+        shifted, total = [], 0
+        for v in values:
+            shifted.append(v[:-1] + total)
+            total += int(v[-1])
+        return torch.cat([*shifted, torch.tensor([total], dtype=values[0].dtype)])
+    if isinstance(values[0], torch.Tensor):
+        return torch.cat(values)
+    if isinstance(values[0], Ragged):
+        starts = np.cumsum([0] + [int(v.offsets[-1]) for v in values[:-1]]).tolist()
+        offsets = [values[0].offsets[:1]] + [
+            v.offsets[1:] + s for v, s in zip(values, starts, strict=True)
+        ]
+        return Ragged(torch.cat([v.values for v in values]), torch.cat(offsets))
+    if isinstance(values[0], list):
+        return [x for v in values for x in v]
+    raise TypeError(f"column {key!r}: cannot join values of type {type(values[0]).__name__}")

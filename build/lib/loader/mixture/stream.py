@@ -1,0 +1,209 @@
+"""A mixture's batches on one rank: tasks for the loader's sampler and the progress it records.
+
+`MixStream` and `MixProgress` have the interface the loader uses for a single dataset's
+`RankStream` and `Progress` (start, peek, record; tasks, num_batches, global_rows), over a
+`MixPosition` instead of one dataset's cursors. Each step is computed from the position by
+`loader.mixture.plan`: nothing is replayed, nothing shared with workers but the tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from loader.layout import slice_bounds
+from loader.mixture.plan import MixPlan, MixPosition, Piece, rank_pieces
+from loader.progress import Batching
+from loader.stream import BatchTask
+from loader.world import World
+
+
+@dataclass(frozen=True, eq=False)
+class MixTask:
+    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, and for
+    every batch which of those tasks' batches it joins, in layout order."""
+
+    epoch: int
+    index: int
+    sizes: tuple[int, ...]
+    groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
+    layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
+
+
+def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> MixTask:
+    keys: dict[tuple[int, int], int] = {}
+    parts: list[list[Piece]] = []
+    layout = []
+    for pieces in steps:
+        items = []
+        for piece in pieces:
+            group = keys.setdefault((piece.source, piece.epoch), len(parts))
+            if group == len(parts):
+                parts.append([])
+            items.append((group, len(parts[group])))
+            parts[group].append(piece)
+        layout.append(tuple(items))
+    groups = []
+    for (source, pass_), pieces in zip(keys, parts, strict=True):
+        runs = np.stack([np.concatenate([p.runs[c] for p in pieces]) for c in range(3)], axis=1)
+        counts = tuple(len(p.runs[0]) for p in pieces)
+        task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, counts)
+        groups.append((source, task))
+    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
+
+
+class MixStream:
+    """The rest of a mixture epoch on one rank from a position: every step G rows, this
+    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface)."""
+
+    def __init__(self, plan: MixPlan, start: MixPosition, world: World, global_batch: int) -> None:
+        self.plan, self.start, self.global_batch = plan, start, global_batch
+        self.epoch = start.epoch
+        self.rank, self.world_size = world.rank, world.world_size
+        self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
+        self.num_batches = plan.steps_left(start, global_batch)
+        self.after: dict[int, MixPosition] = {}  # positions after steps the tasks walked
+        self._walked = (0, start)  # (steps, position) where the last task ended
+
+    def global_rows(self, index: int) -> int:
+        return self.global_batch
+
+    def task_rows(self, index: int) -> int:
+        return self.hi - self.lo
+
+    def task(self, index: int, batches: int = 1) -> MixTask:
+        """Steps [index, index + batches) of this rank. Asked in order (the loader walks the
+        stream), each is one step on from the last; another index walks from the start."""
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
+        walked, pos = self._walked
+        if walked > index:
+            walked, pos = 0, self.start
+        while walked < index:
+            pos, _ = self.plan.step(pos, self.global_batch)
+            walked += 1
+        steps = []
+        for at in range(index, min(index + batches, self.num_batches)):
+            pos, segments = self.plan.step(pos, self.global_batch)
+            self.after[at] = pos  # `record` takes it instead of stepping again
+            steps.append(rank_pieces(segments, self.lo, self.hi))
+        self._walked = (index + len(steps), pos)
+        return _mix_task(self.epoch, index, steps, self.hi - self.lo)
+
+    def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
+        """The whole stream as tasks of `batches_per_read` steps (the last may be fewer)."""
+        return (
+            self.task(t, batches_per_read) for t in range(0, self.num_batches, batches_per_read)
+        )
+
+
+class MixProgress:
+    """Where the mixture is: the position after the steps handed to the training loop (the
+    loader's progress interface, as `loader.progress.Progress`: start, peek, record, step,
+    global_step, epoch, ended, position, skips). Batches are recorded in order."""
+
+    def __init__(self, mixture: Any, position: MixPosition) -> None:  # a MixedDataset
+        self._mixture = mixture
+        self._pos = position
+        self._stream: MixStream | None = None
+        self._done = 0  # steps of `_stream` recorded
+        self._batch_epoch = position.epoch
+        self.step = position.step
+        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.steps_skipped: list[list[int]] = []  # [first, stop) global steps jumped
+
+    @property
+    def world(self) -> World:
+        return self._mixture.world
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
+        return self._batch_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self._pos.global_step
+
+    @property
+    def ended(self) -> bool:
+        """Whether the batch in hand was its epoch's last (the next comes from epoch + 1)."""
+        stream = self._stream
+        return stream is not None and self._done >= stream.num_batches
+
+    def position(self) -> tuple[int, tuple[int, ...], int]:
+        """(epoch, (), step) of the next batch, as `Progress.position` (the mixture's own
+        position, per dataset, is `mix_position`)."""
+        return self._pos.epoch, (), self._pos.step
+
+    def mix_position(self) -> MixPosition:
+        return self._pos
+
+    def move(self, position: MixPosition) -> None:
+        self._pos, self._stream, self._done = position, None, 0
+        self._batch_epoch, self.step = position.epoch, position.step
+
+    def peek(self, batching: Batching) -> MixStream:
+        g = batching.global_rows(self.world.world_size)
+        return MixStream(self._mixture.mix_plan, self._pos, self.world, g)
+
+    def start(self, batching: Batching) -> MixStream:
+        self.move(self._pos)
+        stream = self.peek(batching)
+        self._stream = stream
+        if stream.num_batches == 0:  # nothing left of this epoch: the next one
+            passes = tuple(s.epoch for s in self._pos.sources)
+            self.move(replace(self._pos, epoch=self._pos.epoch + 1, step=0, epoch_passes=passes))
+        return stream
+
+    def is_current(self, stream: Any) -> bool:
+        return stream is self._stream
+
+    def handed_out(self, index: int) -> bool:
+        return index < self._done
+
+    def record(self, stream: Any, index: int | None = None) -> None:
+        current = self._stream
+        if current is None or stream is not current:
+            return  # a stale stream, replaced by a later start or a load
+        if index is not None and index != self._done:
+            raise ValueError("a mixture's batches are recorded in order: keep in_order=True")
+        walked = current.after.pop(self._done, None)
+        if walked is None:
+            walked, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
+        self._pos = walked
+        self._done += 1
+        self._batch_epoch = current.epoch
+        self.step += 1
+
+    def skip_due(self) -> bool:
+        return any(a <= self.global_step < b for a, b in self.skips)
+
+    def apply_skips(self, batching: Batching) -> None:
+        """Jump over due steps (through the end of the epoch at most): every dataset moves on
+        by the rows those steps hold, unread, and the range is kept in `steps_skipped`."""
+        while self.skip_due():
+            stop = next(b for a, b in self.skips if a <= self.global_step < b)
+            self.move(self._pos)
+            stream = self.peek(batching)
+            steps = min(stop - self.global_step, stream.num_batches)
+            first, pos = self.global_step, self._pos
+            for _ in range(steps):
+                pos, _ = self._mixture.mix_plan.step(pos, stream.global_batch)
+            self.steps_skipped.append([first, first + steps])
+            self.move(pos)
+            if steps == 0:
+                return
+
+    def batches(self, batching: Batching) -> int:
+        return self._pos.step + self.peek(batching).num_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch not in (self._pos.epoch, self._batch_epoch):
+            raise ValueError(
+                f"set_epoch({epoch}): a mixture is at epoch {self._pos.epoch}, and its datasets' "
+                "passes are not a function of the epoch; resume a mixture by loading its state"
+            )

@@ -1,0 +1,246 @@
+"""Where one rank is in the run: the single owner of epoch, cursors, stream and step.
+
+The dataset owns one `Progress`; whatever iterates it (the dataset itself, row by row, or
+a `StreamingDataLoader`, batch by batch) starts a stream here and records what reached the
+training loop. So a second loader over the same dataset continues the same epoch with the
+same step, and a state is built from one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loader import state as st
+from loader.stream import ROWS, Batching, RankStream, rank_stream
+from loader.world import World
+
+__all__ = ["ROWS", "Batching", "Progress"]
+
+
+class Progress:
+    """Epoch, per-split cursors, the stream being handed out and the batches counted.
+
+    - `start` begins a stream at the current position; `record` moves along it as batches
+      reach the training loop. When a stream is done the position is the next epoch.
+    - `load_state_dict` moves to a saved position; it takes effect when the next iteration
+      starts (as torchdata's `next_yielded`): an iterator already running stops recording.
+    - `step` counts the batches of the current epoch handed out (across `for` loops and
+      resumes); `global_step` those since the run began (across epochs and resumes).
+    """
+
+    def __init__(
+        self,
+        world: World,
+        num_splits: int,
+        rows_per_split: int,
+        epoch: int,
+        units: Callable[[int], int] | None = None,
+    ) -> None:
+        self.world = world
+        self.rows_per_split = rows_per_split
+        # a split's length in an epoch when it is not L rows (packed blocks: per epoch)
+        self._units = units
+        self._epoch = epoch
+        self._cursors: tuple[int, ...] = (0,) * num_splits
+        self._stream: RankStream | None = None
+        self._batches_done = 0  # of `_stream`: the contiguous prefix handed out
+        self._ahead: set[int] = set()  # batches of `_stream` handed out past the prefix
+        self._loaded_ahead: tuple[int, int, list[int]] | None = None  # (b, W, batches) of a state
+        self.step = 0
+        self.global_step = 0
+        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.steps_skipped: list[list[int]] = []  # [start, stop, units] jumped so far
+
+    # -- the position -------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the batch in hand (after an epoch's last batch, still that epoch)."""
+        return self._epoch
+
+    @property
+    def cursors(self) -> tuple[int, ...]:
+        """Per-split cursors of `epoch` after the batches handed out so far."""
+        stream, done = self._stream, self._batches_done  # one read: telemetry's thread asks too
+        if stream is None:
+            return self._cursors
+        return tuple(stream.cursors_after(done))
+
+    @property
+    def ended(self) -> bool:
+        """Whether the batch in hand was its epoch's last (the next comes from epoch + 1)."""
+        stream = self._stream
+        return stream is not None and self._batches_done >= stream.num_batches
+
+    def position(self) -> tuple[int, tuple[int, ...], int]:
+        """Where the next batch comes from: (epoch, cursors, step of that epoch)."""
+        if self.ended:
+            return self._epoch + 1, (0,) * len(self._cursors), 0
+        return self._epoch, self.cursors, self.step
+
+    def _settle(self) -> None:
+        if self._ahead:  # handed out past the prefix: kept for the next stream (same batching)
+            assert self._stream is not None
+            ahead = sorted(i - self._batches_done for i in self._ahead)
+            self._loaded_ahead = (self._stream_batch_size(), self.world.world_size, ahead)
+        self._move(*self.position())
+
+    def _stream_batch_size(self) -> int:
+        assert self._stream is not None
+        return self._stream.cut
+
+    def _move(self, epoch: int, cursors: tuple[int, ...], step: int) -> None:
+        self._epoch, self._cursors, self.step = epoch, cursors, step
+        self._stream, self._batches_done, self._ahead = None, 0, set()
+
+    def _next_epoch(self) -> None:
+        self._move(self._epoch + 1, (0,) * len(self._cursors), 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning, unless the position is already in it (then a
+        running iteration carries on)."""
+        if epoch != self.position()[0]:
+            self._move(epoch, (0,) * len(self._cursors), 0)
+
+    # -- streams ------------------------------------------------------------------------
+
+    def peek(self, batching: Batching) -> RankStream:
+        """The stream an iteration would start now, without starting it."""
+        w = self.world
+        epoch, cursors, _ = self.position()
+        length = self._units(epoch) if self._units is not None else self.rows_per_split
+        return rank_stream(epoch, cursors, length, w.rank, w.world_size, batching)
+
+    def start(self, batching: Batching) -> RankStream:
+        """The rest of this epoch from the current position; `record` then follows it."""
+        self._settle()
+        stream = self.peek(batching)
+        self._stream = stream
+        if self._loaded_ahead is not None:
+            self._ahead = self._take_ahead(stream)
+        if stream.num_batches == 0:  # nothing left on this world size: the epoch is over
+            self._next_epoch()
+        return stream
+
+    def _take_ahead(self, stream: RankStream) -> set[int]:
+        """The batches a state (or an earlier stream) handed out ahead of its prefix
+        (`in_order=False`): this stream does not hand them out again."""
+        assert self._loaded_ahead is not None
+        size, world, ahead = self._loaded_ahead
+        self._loaded_ahead = None
+        now = stream.cut
+        if (size, world) != (now, stream.world_size):
+            raise ValueError(
+                f"this position has {len(ahead)} batches handed out ahead of the others "
+                f"(in_order=False) with a batch of {size} rows on world_size={world}; resume "
+                f"it with the same batch size and world size (now {now} on {stream.world_size})"
+            )
+        return {i for i in ahead if i < stream.num_batches}
+
+    def handed_out(self, index: int) -> bool:
+        """Whether batch `index` of the current stream already reached the training loop."""
+        return index < self._batches_done or index in self._ahead
+
+    def untouched(self) -> bool:
+        """Nothing started or handed out since the run began (the plan may still change)."""
+        return self._stream is None and self.global_step == 0 and not any(self._cursors)
+
+    def is_current(self, stream: RankStream) -> bool:
+        return stream is self._stream
+
+    def record(self, stream: RankStream, index: int | None = None) -> None:
+        """Batch `index` (default: the next) of `stream` reached the training loop (a stale
+        stream, replaced by a later `start` or a load, records nothing). Out of order
+        (`in_order=False`), the position is the contiguous prefix plus the batches ahead.
+        After the epoch's last batch the epoch stays the batch's; the position
+        (`position()`, the state) is the next one."""
+        if stream is not self._stream:
+            return
+        if index is None or index == self._batches_done:
+            self._batches_done += 1
+            while self._batches_done in self._ahead:
+                self._ahead.discard(self._batches_done)
+                self._batches_done += 1
+        else:
+            self._ahead.add(index)
+        self.step += 1
+        self.global_step += 1
+
+    # -- skipping steps (Megatron's --skip-train-iteration-range) ------------------------
+
+    def skip_due(self) -> bool:
+        """Whether the next batch's global step lies in a range to skip."""
+        return any(a <= self.global_step < b for a, b in self.skips)
+
+    def apply_skips(self, batching: Batching) -> None:
+        """Jump over due steps: the position moves on by whole global steps (through the
+        end of the epoch at most; the rest of a range is skipped when the next epoch
+        starts), and the units jumped are recorded in the state."""
+        while self.skip_due():
+            stop = next(b for a, b in self.skips if a <= self.global_step < b)
+            self._settle()
+            stream = self.peek(batching)
+            steps = min(stop - self.global_step, stream.num_batches)
+            after = tuple(stream.cursors_after(steps))
+            units = sum(after) - sum(stream.start)
+            self.steps_skipped.append([self.global_step, self.global_step + steps, units])
+            self.global_step += steps
+            self._move(stream.epoch, after, self.step + steps)
+            if steps == stream.num_batches:
+                self._next_epoch()
+            if steps == 0:
+                return  # an empty epoch: nothing to jump
+
+    def batches(self, batching: Batching) -> int:
+        """Batches of the position's epoch: those handed out plus those to come."""
+        return self.position()[2] + self.peek(batching).num_batches
+
+    # -- state --------------------------------------------------------------------------
+
+    def state_dict(self, batching: Batching) -> dict[str, Any]:
+        """The position part of the state (the dataset adds what identifies plan and source)."""
+        epoch, cursors, step = self.position()
+        ahead = {}
+        if self._ahead and not self.ended:
+            batches = sorted(i - self._batches_done for i in self._ahead)
+            ahead = {st.KEY_AHEAD: {"batch_size": self._stream_batch_size(), "batches": batches}}
+        return {
+            st.KEY_EPOCH: epoch,
+            st.KEY_CURSORS: list(cursors),
+            st.KEY_SKIPPED: self.peek(batching).skipped,
+            st.KEY_WORLD_SIZE: self.world.world_size,
+            st.KEY_STEP: step,
+            st.KEY_GLOBAL_STEP: self.global_step,
+            st.KEY_GLOBAL_BATCH: batching.global_rows(self.world.world_size),
+            **({st.KEY_STEPS_SKIPPED: self.steps_skipped} if self.steps_skipped else {}),
+            **ahead,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], rows_per_split: int) -> None:
+        """Move to a checked state's position (cursors already validated against the plan).
+
+        A state whose every split is finished is the start of the next epoch. `step` counts
+        on only inside the saved epoch. States written before `global_step` existed count
+        from the saved step (earlier epochs are not known).
+        """
+        self.rows_per_split = rows_per_split
+        epoch, cursors = int(state[st.KEY_EPOCH]), tuple(state[st.KEY_CURSORS])
+        step = _count(state.get(st.KEY_STEP))
+        self.global_step = _count(state.get(st.KEY_GLOBAL_STEP), default=step)
+        self.steps_skipped = [list(r) for r in state.get(st.KEY_STEPS_SKIPPED, [])]
+        saved = state.get(st.KEY_AHEAD)
+        ahead = None
+        if saved is not None:
+            ahead = (saved["batch_size"], int(state[st.KEY_WORLD_SIZE]), list(saved["batches"]))
+        if all(c == rows_per_split for c in cursors):
+            self._move(epoch, cursors, step)
+            self._next_epoch()
+        else:
+            self._move(epoch, cursors, step if any(cursors) else 0)
+            self._loaded_ahead = ahead
+
+
+def _count(value: Any, default: int = 0) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return int(value) if ok else default

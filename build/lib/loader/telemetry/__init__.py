@@ -1,0 +1,1 @@
+"""Telemetry: the client, its exit handling, the reporter the loader calls, checkpoint events."""

@@ -1,0 +1,420 @@
+"""Telemetry client: a rank reports where it is to the dashboard's collector.
+
+The training loop only ever touches `on_batch` (three additions to running totals, no lock)
+and `event` (a non-blocking put on a bounded queue). A daemon thread wakes about once a
+second (and at once after an `event`, so checkpoints and resumes show without delay), folds
+the counters into one `progress` event, drains the queue and POSTs the batch
+with orjson over stdlib `urllib`. The trade-off is deliberate: telemetry is lossy. When the
+collector is down, slow or refusing, events are dropped with one `TelemetryWarning`, the
+sender backs off, and the job never waits: that is worth more than a complete record.
+
+Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models.py`):
+`POST {url}/api/events` with
+`{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
+(host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size,
+global_batch_size), `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) the rank reads from,
+shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (of those splits),
+`tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
+the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
+says tokens per block),
+the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
+kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
+`closed` event at the last position read (`data.reason`: `close` for `close()` or a
+collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
+type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
+finished rank from a crashed one. That batch is retried within the exit budget.
+
+The token goes only to the URL given: redirects are never followed (the collector never
+sends one), so a redirect cannot carry the token to another origin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import inspect
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import warnings
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from loader.telemetry.exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
+from loader.telemetry.settings import (
+    ENV_RUN_ID,
+    ENV_TOKEN,
+    ENV_URL,
+    check_env,
+    check_run_id,
+    check_url,
+    default_run_id,
+    job_length,
+)
+from loader.wire import (
+    CLOSE_REASON_CLOSE,
+    CLOSE_REASON_ERROR,
+    CLOSED,
+    INGEST_PATH,
+    PROGRESS,
+)
+
+__all__ = [
+    "ENV_RUN_ID",
+    "ENV_TOKEN",
+    "ENV_URL",
+    "TelemetryClient",
+    "TelemetryWarning",
+    "check_url",
+    "job_length",
+]
+
+STATIC_KEYS = (
+    "host",
+    "rank",
+    "local_rank",
+    "world_size",
+    "num_workers",
+    "num_splits",
+    "rows_per_split",
+    "batch_size",
+    "global_batch_size",
+    "total_epochs",
+    "total_steps",
+    "seq_len",
+)
+# Fields of `event(kind, **fields)` that describe the position and go to the top level.
+# Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
+# a cursor counts up to this epoch: blocks, not the L documents of `rows_per_split`).
+POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens", "blocks_per_split")
+
+Snapshot = Callable[[], Mapping[str, Any]]
+logger = logging.getLogger(__name__)
+
+
+class TelemetryWarning(RuntimeWarning):
+    """Issued once per client when events start being dropped; filter it to silence it."""
+
+
+def event_value(value: Any) -> Any:
+    """A JSON scalar or list of ints, whatever the loader passed (numpy ints, Paths, ...)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
+    if callable(tolist):
+        value = tolist()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+    if isinstance(value, (list, tuple, range)) and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]
+    return str(value)
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, with the collector's own explanation of a 4xx when it gave one."""
+    if not isinstance(exc, urllib.error.HTTPError) or exc.fp is None:
+        return str(exc)
+    try:
+        detail = orjson.loads(exc.read(4096)).get("detail")
+    except Exception:  # not our collector's JSON: the status line says enough
+        return str(exc)
+    return f"{exc}: {detail}" if isinstance(detail, str) else str(exc)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse every redirect: following one would re-send the bearer token elsewhere."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        raise urllib.error.HTTPError(
+            req.full_url, code, f"redirect to {newurl} not followed", headers, fp
+        )
+
+
+def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
+    """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
+    out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
+    for key in ("epoch", "step", "global_step"):
+        if key in out:
+            out[key] = int(out[key])
+    splits, cursors = out.get("splits"), out.get("cursors")
+    if splits is not None:
+        lo, hi = int(splits[0]), int(splits[1])
+        out["splits"] = [lo, hi]
+        if cursors is not None and len(cursors) == num_splits and hi - lo != num_splits:
+            out["cursors"] = [int(c) for c in cursors[lo:hi]]
+    if out.get("cursors") is not None:
+        out["cursors"] = [int(c) for c in out["cursors"]]
+    return out
+
+
+class TelemetryClient:
+    """Background, lossy reporter of one rank's progress (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        static: Mapping[str, Any],
+        *,
+        token: str | None = None,
+        interval_s: float = 1.0,
+        timeout_s: float = 1.0,
+        max_queue: int = 1024,
+    ) -> None:
+        self.run_id = check_run_id(run_id)
+        self.endpoint = check_url(url) + INGEST_PATH
+        self.static = {k: static[k] for k in STATIC_KEYS if k in static}
+        self.static.setdefault("host", socket.gethostname())
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.sent = 0
+        self.dropped = 0
+        # No proxies: a cluster-local collector reached through $http_proxy would be a surprise.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
+        # Running totals written only by the training thread; the sender reads them and
+        # keeps the last read, so no lock is needed (a read torn between the three fields
+        # is off by one batch for one tick and corrects itself on the next).
+        self._rows = 0
+        self._batches = 0
+        self._wait_s = 0.0
+        self._seen = (0, 0, 0.0)
+        self._last_tick = time.monotonic()
+        self._snapshot: Callable[[], Snapshot | None] | None = None
+        self._warned = False
+        self._retry_at = 0.0
+        self._backoff_s = interval_s
+        self._close_reason = CLOSE_REASON_CLOSE
+        self._close_error: str | None = None
+        self._final_by = 0.0  # monotonic deadline of the last send's retries
+        self._position: dict[str, Any] = {}  # the last position read: the loader may be gone
+        self._pid = os.getpid()
+        self._owner = threading.current_thread()  # its uncaught exception ends this client
+        self._transient = True  # the last failure may pass on a retry
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # a discrete event goes out now, not at the next tick
+        self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
+        install_exit_hooks()
+
+    @classmethod
+    def from_settings(
+        cls, url: str | None, run_id: str | None, static: Mapping[str, Any]
+    ) -> TelemetryClient | None:
+        """The loader's entry point: arguments win, then the environment; None means off.
+
+        A bad argument is an error at construction; a bad environment variable (set for the
+        whole job, perhaps by a launcher) is one warning and no telemetry: the job runs.
+        """
+        from_env = {ENV_URL: url is None, ENV_RUN_ID: run_id is None}
+        url = url or os.environ.get(ENV_URL) or None
+        if url is None:
+            return None
+        run_id = run_id or os.environ.get(ENV_RUN_ID) or default_run_id(static)
+        try:
+            check_env(from_env, url, run_id)
+        except ValueError as exc:
+            warnings.warn(
+                f"elastic-loader telemetry is off: {exc}; training continues",
+                TelemetryWarning,
+                stacklevel=3,
+            )
+            return None
+        return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
+
+    def set_snapshot(self, fn: Snapshot) -> None:
+        """`fn()` is called on the sender thread; it must be cheap and not raise.
+
+        A bound method is held weakly: when its loader is garbage-collected the client
+        flushes and stops at once, so a dropped loader leaves no thread behind.
+        """
+        if inspect.ismethod(fn):
+            self._snapshot = weakref.WeakMethod(fn, lambda _: self._finish())
+        else:
+            self._snapshot = lambda: fn
+
+    def position(self) -> dict[str, Any] | None:
+        """The loader's position now, as events carry it (its splits' cursors only); None
+        when no loader is attached, it is gone, or the client is closing."""
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None or self._stop.is_set():
+            return None
+        return position_fields(snapshot(), self.static.get("num_splits"))
+
+    def on_batch(self, rows: int, wait_s: float) -> None:
+        """Count one batch handed to the training loop and how long the loop waited."""
+        self._rows += rows
+        self._batches += 1
+        self._wait_s += wait_s
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Queue a discrete event (e.g. `checkpoint_loaded`); dropped if the queue is full."""
+        ev = self._base(kind, time.time())
+        position = {k: fields.pop(k) for k in POSITION_KEYS if k in fields}
+        ev.update(position_fields(position, self.static.get("num_splits")))
+        ev["data"] = {str(k): event_value(v) for k, v in fields.items()}
+        self._offer(ev)
+        self._wake.set()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush what is pending, waiting at most `timeout_s` (default: 2 × the HTTP timeout)
+        and retrying the last send within that time."""
+        if self._stop.is_set():
+            return
+        wait_s = 2 * self.timeout_s if timeout_s is None else timeout_s
+        self._finish(deadline=time.monotonic() + 0.8 * wait_s)  # the last try ends in time
+        self._thread.join(wait_s)
+
+    def _finish(
+        self,
+        reason: str = CLOSE_REASON_CLOSE,
+        error: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        """Ask the sender for its final flush now (never blocks: it may run inside GC).
+
+        The last send is retried until `deadline` (monotonic; default: the exit budget from
+        now); a later call may move the deadline, and turn the reason into `error`."""
+        if not self._stop.is_set() or reason == CLOSE_REASON_ERROR:
+            self._close_reason, self._close_error = reason, error
+        self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
+        self._stop.set()
+        self._wake.set()
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _base(self, kind: str, ts: float) -> dict[str, Any]:
+        return {"run_id": self.run_id, "kind": kind, "ts": ts, **self.static}
+
+    def _offer(self, ev: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(ev)
+        except queue.Full:
+            self.dropped += 1
+
+    def _progress(self) -> dict[str, Any]:
+        """Fold the counters since the last tick into one `progress` event."""
+        now = time.monotonic()
+        totals = (self._rows, self._batches, self._wait_s)
+        rows, batches = totals[0] - self._seen[0], totals[1] - self._seen[1]
+        wait_s = max(0.0, totals[2] - self._seen[2])
+        self._seen = totals
+        interval = max(now - self._last_tick, 1e-6)
+        self._last_tick = now
+        ev = self._base(PROGRESS, time.time())
+        ev.update(rows=rows, batches=batches, wait_s=wait_s, interval_s=interval)
+        ev["rows_per_s"] = rows / interval
+        snapshot = self._snapshot() if self._snapshot is not None else None
+        if snapshot is None and self._snapshot is not None:
+            self._stop.set()  # the loader is gone: this is the last send
+        elif snapshot is not None:
+            try:
+                self._position = position_fields(snapshot(), self.static.get("num_splits"))
+            except Exception:  # a snapshot racing the loader must not kill the thread
+                logger.debug("telemetry snapshot failed", exc_info=True)
+        ev.update(self._position)  # a collected loader's last position, not none
+        return ev
+
+    def _drain(self) -> list[dict[str, Any]]:
+        events = [self._progress()]
+        with contextlib.suppress(queue.Empty):
+            while True:
+                events.append(self._queue.get_nowait())
+        return events
+
+    def _closing(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The last batch: `events` and a `closed` event at the final progress's position."""
+        closed = self._base(CLOSED, time.time())
+        where = ("epoch", "step", "global_step")
+        closed.update({k: events[0][k] for k in where if k in events[0]})
+        closed["data"] = {"reason": self._close_reason}
+        if self._close_error is not None:
+            closed["data"]["error"] = self._close_error
+        return [*events, closed]
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                self._send(self._drain())
+            self._send_last(self._drain())
+        except Exception:  # e.g. `-W error` turning the warning into an exception
+            logger.exception("telemetry sender stopped; events are dropped from now on")
+
+    def _send_last(self, events: list[dict[str, Any]]) -> None:
+        """The final batch, ending with `closed`: retried (0.05 s doubling to 0.4 s apart)
+        until it is through or `_final_by` passes. A lost `closed` turns a finished rank
+        into a crashed one, so it is worth the exit budget; each try's timeout is cut to
+        the time left."""
+        pause = 0.05
+        while True:
+            batch = self._closing(events)  # the reason may have changed since the last try
+            left = self._final_by - time.monotonic()
+            if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
+                return
+            if self._final_by - time.monotonic() <= pause or not self._transient:
+                self.dropped += len(batch)  # counted once, when the last try fails
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.4)
+
+    def _send(
+        self, events: list[dict[str, Any]], final: bool = False, timeout_s: float | None = None
+    ) -> bool:
+        if not final and time.monotonic() < self._retry_at:
+            self.dropped += len(events)
+            return False
+        try:
+            body = orjson.dumps({"events": events})
+            request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
+            timeout = self.timeout_s if timeout_s is None else timeout_s
+            with self._opener.open(request, timeout=timeout) as response:
+                response.read()
+        except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
+            self._failed(0 if final else len(events), exc)
+            return False
+        self.sent += len(events)
+        self._backoff_s = self.interval_s
+        self._retry_at = 0.0
+        return True
+
+    def _failed(self, n: int, exc: BaseException) -> None:
+        """Drop, warn the first time only, back off (to 30 s) so a dead collector costs nothing."""
+        self.dropped += n
+        # a refusal (4xx but 429) would be refused again: only the rest is worth a retry
+        code = exc.code if isinstance(exc, urllib.error.HTTPError) else None
+        self._transient = code is None or code == 429 or code >= 500
+        self._retry_at = time.monotonic() + self._backoff_s
+        self._backoff_s = min(2 * self._backoff_s, 30.0)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"elastic-loader telemetry: cannot reach {self.endpoint} ({_reason(exc)}); "
+                "dropping events from now on, training continues",
+                TelemetryWarning,
+                stacklevel=2,
+            )

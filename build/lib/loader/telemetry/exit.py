@@ -1,0 +1,94 @@
+"""How a process's telemetry clients end: one shared deadline, and the reason they close.
+
+At its end a process flushes every client at once under one `EXIT_BUDGET_S` deadline, from
+atexit in a script or torchrun rank and from a multiprocessing finalizer in a spawned or
+forked child (which leaves through `os._exit` and skips atexit). The `closed` event then
+says why: `exit`, or `error` with the exception's type when the process is ending on an
+uncaught exception, which `sys.excepthook` (chained, never replaced) reports before atexit
+runs, and which is still in flight while a multiprocessing child runs its finalizers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.util
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from loader.wire import CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
+
+if TYPE_CHECKING:
+    from loader.telemetry.client import TelemetryClient
+
+# At a process's end, all clients together wait at most this long for their last send.
+EXIT_BUDGET_S = 2.0
+_LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
+_DEADLINE: dict[int, float] = {}  # pid → when this process's exit stops waiting
+
+
+@atexit.register
+def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
+    """Flush every open client of this process at its end: atexit in a script or torchrun
+    rank, the multiprocessing finalizer in a spawned / forked child (which skips atexit).
+
+    All senders are told at once and share one deadline, so exit waits `budget_s` at most
+    however many clients there are and however dead the collector is. Clients already
+    closing (a loader collected as the child's target returned) are waited for too: their
+    last send would otherwise race the child's `os._exit`.
+    """
+    reason, error = _exit_reason()
+    clients = [c for c in list(_LIVE) if c._pid == os.getpid()]
+    # atexit and multiprocessing's own atexit hook both call this: one deadline for both
+    deadline = _DEADLINE.setdefault(os.getpid(), time.monotonic() + budget_s)
+    for client in clients:
+        client._finish(reason, error, deadline)
+    for client in clients:
+        client._thread.join(max(0.0, deadline - time.monotonic()))
+
+
+_UNCAUGHT: list[str] = []  # type names of uncaught exceptions seen by the hooks below
+_HOOKED_PID: list[int] = []
+
+
+def _exit_reason() -> tuple[str, str | None]:
+    """`error` and the exception's type when the process ends on one, else `exit`.
+
+    A script's uncaught exception reaches `sys.excepthook` before atexit runs; in a
+    multiprocessing child the exception (or torch.multiprocessing's `sys.exit(1)`) is still
+    in flight while the finalizers run, so `sys.exc_info()` shows it.
+    """
+    exc = sys.exc_info()[1]
+    if isinstance(exc, SystemExit) and exc.code not in (0, None):
+        return CLOSE_REASON_ERROR, f"SystemExit({exc.code!r})"[:200]
+    if exc is not None and not isinstance(exc, SystemExit):
+        return CLOSE_REASON_ERROR, type(exc).__qualname__
+    if _UNCAUGHT:
+        return CLOSE_REASON_ERROR, _UNCAUGHT[-1]
+    return CLOSE_REASON_EXIT, None
+
+
+def install_exit_hooks() -> None:
+    """Chain `sys.excepthook` and `threading.excepthook` once (an uncaught exception in the
+    main thread ends the process; in another thread, the clients that thread made), and
+    register the multiprocessing finalizer once per process."""
+    if not _HOOKED_PID:
+        previous, previous_thread = sys.excepthook, threading.excepthook
+
+        def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+            _UNCAUGHT.append(kind.__qualname__)
+            previous(kind, exc, tb)
+
+        def thread_excepthook(args: Any) -> None:
+            # a thread's error ends no process, but it ends the loaders that thread built
+            for client in [c for c in list(_LIVE) if c._owner is args.thread]:
+                client._finish(CLOSE_REASON_ERROR, args.exc_type.__qualname__)
+            previous_thread(args)
+
+        sys.excepthook, threading.excepthook = excepthook, thread_excepthook
+    if os.getpid() not in _HOOKED_PID:  # a forked child starts with an empty registry
+        _HOOKED_PID.append(os.getpid())
+        multiprocessing.util.Finalize(None, _close_all, exitpriority=100)

@@ -1,0 +1,215 @@
+"""What a loader tells the dashboard, behind one object: the loader calls its reporter
+unconditionally, and with telemetry off the reporter is the no-op `Reporter`.
+
+`connect` builds a `TelemetryReporter` from the loader's facts (the rank's static fields)
+when a collector URL is set (argument or environment); it owns the `TelemetryClient` and
+gives it the loader's position (the loader held weakly: a collected loader ends its client
+with `closed`). `checkpoint_written` is the hook `loader.checkpoint.save` calls: every live
+reporter whose loader is at the saved state puts the checkpoint on the timeline.
+Standard library only at import (the client is imported by `connect`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from loader import wire
+from loader.layout import rank_shares
+
+if TYPE_CHECKING:
+    from loader.dataloader import StreamingDataLoader
+    from loader.telemetry.client import TelemetryClient
+
+_LIVE: weakref.WeakSet[TelemetryReporter] = weakref.WeakSet()
+MIXTURE_HEARTBEATS = 5  # a live mixture event every 5 heartbeats (5 s by default)
+
+
+def checkpoint_written(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """`loader.checkpoint.save` wrote `state` to `path`: the loaders at that state say so."""
+    for reporter in list(_LIVE):
+        reporter.saved_if_mine(state, path)
+
+
+class Reporter:
+    """Telemetry off: every report is a no-op (and costs nothing)."""
+
+    @property
+    def client(self) -> TelemetryClient | None:
+        """The telemetry client, when telemetry is on."""
+        return None
+
+    def on_batch(self, rows: int, wait_s: float) -> None:
+        """One batch reached the training loop, after `wait_s` seconds of waiting for it."""
+
+    def epoch_end(self, epoch: int, step: int, global_step: int) -> None:
+        """The loader handed out the last batch of `epoch`."""
+
+    def steps_skipped(self, start: int, stop: int, global_step: int) -> None:
+        """Global steps [start, stop) will be skipped (`skip_steps`)."""
+
+    def checkpoint_loaded(
+        self, state: Mapping[str, Any], world_size: int, global_step: int
+    ) -> None:
+        """The loader resumed from `state` on `world_size` ranks."""
+
+    def checkpoint_saved(self, path: str | None, epoch: int, step: int, global_step: int) -> None:
+        """The user says a checkpoint of the current position was written (`note_checkpoint_saved`)."""
+
+    def mixture(
+        self, epoch: int, step: int, global_step: int, facts: dict[str, Any], live: bool = False
+    ) -> None:
+        """A mixture's weights and per-dataset progress (at each `for` and each resume, and
+        `live` every few heartbeats while batches flow)."""
+
+    def state_taken(self, state: Mapping[str, Any]) -> None:
+        """`state_dict()` returned `state` (inside a DCP save, that is a checkpoint)."""
+
+    def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+        """`state` was written to `path`: a checkpoint of this loader if it is at `state`."""
+
+    def close(self) -> None:
+        """Flush and stop (bounded)."""
+
+
+class TelemetryReporter(Reporter):
+    """Reports of one loader to a collector through its `TelemetryClient`."""
+
+    def __init__(self, client: TelemetryClient, loader: StreamingDataLoader) -> None:
+        self._client = client
+        self._loader = weakref.ref(loader)
+        client.set_snapshot(self.snapshot)  # held weakly: this reporter lives with the loader
+        _LIVE.add(self)
+        # A mixture's per-dataset progress is global (every rank computes the same): rank 0
+        # sends it live, every `mixture_every_s` while batches flow.
+        self._live_mixture = loader.streaming_dataset.rank == 0 and _is_mixture(loader)
+        self.mixture_every_s = MIXTURE_HEARTBEATS * client.interval_s
+        self._mixture_sent = time.monotonic()  # the `for`'s `mixture` event is on its way
+
+    @property
+    def client(self) -> TelemetryClient:
+        return self._client
+
+    def snapshot(self) -> dict[str, Any]:
+        """The loader's position for `progress` events (`position_of`); {} once it is gone."""
+        dl = self._loader()
+        return {} if dl is None else position_of(dl)
+
+    def on_batch(self, rows: int, wait_s: float) -> None:
+        self._client.on_batch(rows, wait_s)
+        if self._live_mixture and time.monotonic() - self._mixture_sent >= self.mixture_every_s:
+            self._mixture_sent = time.monotonic()
+            dl = self._loader()
+            if dl is not None:
+                from loader.readable import tell_mixture
+
+                tell_mixture(self, dl.streaming_dataset, dl.step, dl.global_batch_size, live=True)
+
+    def epoch_end(self, epoch: int, step: int, global_step: int) -> None:
+        self._event(wire.EPOCH_END, epoch=epoch, step=step, global_step=global_step)
+
+    def steps_skipped(self, start: int, stop: int, global_step: int) -> None:
+        self._event(wire.STEPS_SKIPPED, start=start, stop=stop, global_step=global_step)
+
+    def checkpoint_loaded(
+        self, state: Mapping[str, Any], world_size: int, global_step: int
+    ) -> None:
+        from loader import state as st
+
+        self._event(
+            wire.CHECKPOINT_LOADED,
+            world_size_before=state.get(st.KEY_WORLD_SIZE),
+            world_size_after=world_size,
+            step=state.get(st.KEY_STEP),
+            epoch=state.get(st.KEY_EPOCH),
+            global_step=global_step,
+        )
+
+    def checkpoint_saved(self, path: str | None, epoch: int, step: int, global_step: int) -> None:
+        self._event(
+            wire.CHECKPOINT_SAVED, path=path, step=step, epoch=epoch, global_step=global_step
+        )
+
+    def mixture(
+        self, epoch: int, step: int, global_step: int, facts: dict[str, Any], live: bool = False
+    ) -> None:
+        kind = wire.MIXTURE_PROGRESS if live else wire.MIXTURE
+        self._event(kind, epoch=epoch, step=step, global_step=global_step, **facts)
+
+    def state_taken(self, state: Mapping[str, Any]) -> None:
+        from loader.telemetry.checkpoints import state_taken
+
+        state_taken(self._client, state)
+
+    def saved_if_mine(self, state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+        from loader.telemetry.checkpoints import saved_if_mine
+
+        saved_if_mine(self._client, state, path)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        self._client.event(kind, **fields)
+
+
+def _is_mixture(loader: StreamingDataLoader) -> bool:
+    from loader.mixture.dataset import MixedDataset
+
+    return isinstance(loader.streaming_dataset, MixedDataset)
+
+
+def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
+    """What `progress` events say of a loader's position: epoch, steps, its splits and their
+    cursors, and what the units add (packed data: tokens of its part of each split, a
+    shared one in part: `rank_shares`)."""
+    from loader.mixture.dataset import MixedDataset
+
+    ds = loader.streaming_dataset
+    if isinstance(ds, MixedDataset):  # per dataset, not per split: `mixture` events
+        return {"epoch": ds.epoch, "step": loader.step, "global_step": loader.global_step}
+    splits, progress = loader.splits, ds.progress
+    own = progress.cursors[splits.start : splits.stop]
+    shares = rank_shares(ds.rank, ds.world_size, ds.num_splits, loader.global_batch_size)
+    read = sum(c * n // of for c, (n, of) in zip(own, shares, strict=True))
+    return {
+        "epoch": progress.epoch,
+        "step": loader.step,
+        "global_step": loader.global_step,
+        "splits": [splits.start, splits.stop],
+        "cursors": list(own),
+        **ds.units.progress_facts(read, progress.epoch),
+    }
+
+
+def connect(
+    loader: StreamingDataLoader,
+    url: str | None,
+    run_id: str | None,
+    total_epochs: int | None,
+    total_steps: int | None,
+) -> Reporter:
+    """The loader's reporter: to the collector at `url` (or the environment's), else none.
+    A bad `total_epochs` / `total_steps` is a ValueError naming it, telemetry on or off."""
+    from loader.readable import placed_as
+    from loader.telemetry.client import TelemetryClient
+    from loader.telemetry.settings import job_length
+
+    ds = loader.streaming_dataset
+    static = {
+        "rank": ds.rank,
+        "local_rank": ds.world.local_rank,
+        "world_size": ds.world_size,
+        "num_workers": loader.num_workers,
+        **placed_as(ds, loader.global_batch_size),
+        "batch_size": loader.batch_size,
+        "global_batch_size": loader.global_batch_size,
+        **job_length(total_epochs, total_steps),
+    }
+    if ds.units.tokens_per_unit is not None:
+        static["seq_len"] = ds.units.tokens_per_unit
+    client = TelemetryClient.from_settings(url, run_id, static)
+    return Reporter() if client is None else TelemetryReporter(client, loader)

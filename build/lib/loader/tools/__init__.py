@@ -1,0 +1,1 @@
+"""The command line and what it prints: plan, inspect, rows (stdlib-light)."""

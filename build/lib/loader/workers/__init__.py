@@ -1,0 +1,1 @@
+"""DataLoader worker processes: the watchdog, the main-guard check, stack dumps."""
