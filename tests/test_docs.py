@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import loader
-
 from tests.docs_blocks import DOCS, REPO, Block, blocks, output_matches, transcript, unclosed_fences
 from tests.docs_preludes import PRELUDES
 
