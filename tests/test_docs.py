@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 
 import loader
-from tests.docs_blocks import DOCS, REPO, Block, blocks, output_matches, transcript, unclosed_fences
+from tests.docs_blocks import (
+    DOCS,
+    ILLUSTRATION,
+    REPO,
+    Block,
+    blocks,
+    output_matches,
+    transcript,
+    unclosed_fences,
+)
 from tests.docs_preludes import PRELUDES
 
 ALL = blocks()
@@ -36,9 +45,7 @@ def _env() -> dict[str, str]:
 
 def test_every_block_runs_or_says_why() -> None:
     unmarked = [
-        b.name
-        for b in ALL
-        if not b.runs and b.mark != "not run" and b.lang not in {"text", "yaml", "json", "promql"}
+        b.name for b in ALL if not b.runs and b.mark != "not run" and b.lang not in ILLUSTRATION
     ]
     assert not unmarked, f"blocks neither run nor marked 'not run: reason': {unmarked}"
     no_reason = [b.name for b in ALL if b.mark == "not run" and len(b.argument.split()) < 3]
