@@ -28,7 +28,9 @@ then ``loader-step-K.json``, whose presence marks the checkpoint complete.
 ``--crash-at-step K --crash-rank R`` makes rank R SIGKILL itself after step K: a real
 crash at a known place, not a race between a timer and the training loop.
 ``--stall-at-step K`` makes rank R stop (SIGSTOP) there instead: a frozen node, which a
-test then kills whole (its torchrun agent and every rank).
+test then kills whole (its torchrun agent and every rank); ``--hold-at-step K:W`` holds a
+W-rank job at step K until torchrun's agent restarts it on another node count
+(``examples/drills.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ import io
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from drills import crash_if_asked, hold_if_asked, parse_hold
 from har_data import (
     FEATURES,
     LABEL,
@@ -95,6 +97,7 @@ class TrainConfig:
     crash_at_step: int | None = None
     stall_at_step: int | None = None
     crash_rank: int = 0
+    hold_at_step: tuple[tuple[int, int], ...] = ()
     out: str | None = None
     run_id: str | None = None
     telemetry_url: str | None = None
@@ -209,15 +212,6 @@ def steps_per_epoch(num_rows: int, cfg: TrainConfig) -> int:
     return math.ceil(cfg.num_splits * (num_rows // cfg.num_splits) / cfg.global_batch)
 
 
-def crash_if_asked(cfg: TrainConfig, rank: int, step: int) -> None:
-    if cfg.crash_rank != rank or step not in (cfg.crash_at_step, cfg.stall_at_step):
-        return
-    how = "SIGKILL" if step == cfg.crash_at_step else "SIGSTOP"
-    print(f"\n  rank {rank}: {how} after step {step}", file=sys.stderr)
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL if how == "SIGKILL" else signal.SIGSTOP)
-
-
 def run_rank(rank: int, world_size: int, cfg: TrainConfig, store_path: str | None = None) -> None:
     """One rank of the job: join the group, train, checkpoint, report (rank 0 writes)."""
     if cfg.telemetry_url:  # set here: forkserver ranks do not see the driver's later env
@@ -314,7 +308,10 @@ class RankJob:
                 self.ledger.add(epoch, batch[ROW_ID])
                 self.step += 1
                 self.checkpoint_if_due(epoch)
-                crash_if_asked(self.cfg, self.rank, self.step)
+                cfg = self.cfg
+                crash_if_asked(cfg.crash_rank, cfg.crash_at_step, cfg.stall_at_step,
+                               self.rank, self.step)  # fmt: skip
+                hold_if_asked(cfg.hold_at_step, self.step, self.device)
                 if bar:
                     bar.update(self.step, f"epoch {epoch}")
         return time.perf_counter() - start
@@ -403,12 +400,17 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
     p.add_argument("--crash-at-step", type=int, default=None)
     p.add_argument("--stall-at-step", type=int, default=None, help="SIGSTOP instead of SIGKILL")
     p.add_argument("--crash-rank", type=int, default=0)
+    p.add_argument(
+        "--hold-at-step", type=parse_hold, action="append", default=[], metavar="STEP:W",
+        help="every rank of a W-rank job waits at STEP until the launcher changes the job",
+    )  # fmt: skip
     p.add_argument("--out", default=None, help="folder for rank 0's result.json and weights.pt")
     p.add_argument("--run-id", default=None, help="name of the run on the dashboard")
     p.add_argument("--nproc", type=int, default=1, help="ranks to start (ignored under torchrun)")
     args = vars(p.parse_args(argv))
     nproc = args.pop("nproc")
     args["storage_options"] = tuple(args["storage_options"])
+    args["hold_at_step"] = tuple(args["hold_at_step"])
     return TrainConfig(**args), nproc
 
 
