@@ -164,7 +164,7 @@ def linear_ramp(
     end_step: int,
     from_weights: Sequence[Any],
     to_weights: Sequence[Any],
-    phases: int = 10,
+    phases: int | None = None,
 ) -> list[tuple[int, list[Fraction]]]:
     """A linear change of weights from `from_weights` at `start_step` to `to_weights` at
     `end_step`, as `phases` piecewise-constant phases (a `schedule=` for MixedDataset).
@@ -172,11 +172,14 @@ def linear_ramp(
     Phase i (of N) starts at start_step + floor(i * (end_step - start_step) / N) with the
     weights interpolated at i / N (exact fractions of the normalised weights); the last
     phase, at end_step, holds `to_weights`. Each phase's counts are exact; the ramp is
-    linear to within one phase. Append more phases after it, or put phases before it.
+    linear to within one phase. `phases` None: 10, or one a step when the ramp is shorter.
+    A phase at step 0 is left out (that is `weights=`). Append more phases after it, or
+    put phases before it.
     """
     start = args.integer("start_step", start_step, 0)
     end = args.integer("end_step", end_step, start + 1)
-    count = args.integer("phases", phases, 1, end - start + 1)
+    span = end - start
+    count = args.integer("phases", min(10, span) if phases is None else phases, 1, span + 1)
     if isinstance(from_weights, str | bytes) or not isinstance(from_weights, Sequence):
         raise TypeError(f"from_weights must be a list of numbers, got {from_weights!r}")
     a = Weights.of(from_weights, len(from_weights), "from_weights").fractions()
@@ -184,7 +187,7 @@ def linear_ramp(
     out = []
     for i in range(count + 1):
         at = Fraction(i, count)
-        step = start + (end - start) * i // count
+        step = start + span * i // count
         out.append((step, [x + (y - x) * at for x, y in zip(a, b, strict=True)]))
     return [entry for entry in out if entry[0] > 0]
 
