@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, linear_ramp
-from loader.layout import slice_bounds
 
 BASE = 1000  # dataset k's ids are k * BASE + row
 SIZES = [(60, 3), (45, 2), (23, 1)]  # (rows, num_splits) per dataset
@@ -197,7 +196,7 @@ def test_set_weights_refuses_a_past_or_read_ahead_step_and_bad_input() -> None:
     it = iter(dl)
     next(it)
     next(it)
-    with pytest.raises(ValueError, match="at_step=1.*at or after"):
+    with pytest.raises(ValueError, match=r"at_step=1.*at or after"):
         dl.set_weights(B, at_step=1)
     ahead = StreamingDataLoader(ranks(1)[0].streaming_dataset, global_batch_size=G)
     it = iter(ahead)  # reads_in_flight: the read-ahead threads take the next steps early
