@@ -369,3 +369,37 @@ def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.Monk
         assert list(one) == list(other)
         for key in one:
             assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
+
+
+@pytest.mark.filterwarnings("ignore:pack_sequences=4 is longer")
+def test_a_packed_mixture_goes_on_past_a_pass_without_a_whole_block() -> None:
+    """Issue 24 item 8: a small packed dataset whose pass holds no whole block (seven short
+    documents, S=2, seq 4) stopped a 3:1 mixture with `dataset 1 has no rows in pass 2`.
+    Such a pass contributes nothing and is counted; the mixture goes on, exactly resumable."""
+
+    def ranks(world: int) -> list[StreamingDataLoader]:
+        out = []
+        for rank in range(world):
+            kw = {"columns": ["tokens"], "eos_id": 0, "pack_sequences": 4, "rank": rank}
+            kw |= {"world_size": world, "shuffle_clump_size": 1}
+            lengths = [0, 0, 0, 1, 1, 0, 0]
+            docs = [[500_000 + d * 100 + t + 1 for t in range(n)] for d, n in enumerate(lengths)]
+            small = pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))})
+            parts = [
+                StreamingDataset(token_table(300, 0), num_splits=2, shuffle_seed=2, **kw),
+                StreamingDataset(small, num_splits=2, shuffle_seed=1, **kw),
+            ]
+            out.append(StreamingDataLoader(MixedDataset(parts, [3, 1]), global_batch_size=4))
+        return out
+
+    whole = blocks(ranks(1), 300)
+    for step in whole:
+        assert Counter(r[0] for r in step) == {0: 3, 1: 1}
+    first = ranks(2)
+    assert blocks(first, 130) == whole[:130]
+    state = first[0].state_dict()
+    assert state["empty_passes"][0] == 0 and state["empty_passes"][1] > 0
+    resumed = ranks(1)
+    for dl in resumed:
+        dl.load_state_dict(state)
+    assert blocks(resumed, 170) == whole[130:]
