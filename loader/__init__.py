@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
     from loader.mixture.dataset import CombinedStreamingDataset, MixedDataset
+    from loader.mixture.weights import linear_ramp
     from loader.packed_batch import derive_packed_fields
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
@@ -36,6 +37,7 @@ _EXPORTS = {
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
     "derive_packed_fields": "loader.packed_batch",
+    "linear_ramp": "loader.mixture.weights",
     "owned_splits": "loader.layout",
     "rows_at_step": "loader.tools.rows",
     "supported_world_sizes": "loader.layout",
@@ -55,6 +57,7 @@ __all__ = [
     "check_world_size",
     "checkpoint",
     "derive_packed_fields",
+    "linear_ramp",
     "owned_splits",
     "rows_at_step",
     "supported_world_sizes",

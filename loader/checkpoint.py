@@ -33,7 +33,8 @@ import orjson
 from loader import checkpoint_io as io
 from loader.checkpoint_io import MAX_FILE_BYTES, SUFFIX, CheckpointError, Location
 from loader.state import FORMAT as STATE_FORMAT
-from loader.state import KEY_EPOCH, KEY_STEP, StateError, check_state, check_version, is_count
+from loader.state import KEY_EPOCH, KEY_STEP, StateError, check_version, is_count
+from loader.states import check_state
 from loader.telemetry import reporter
 
 __all__ = [

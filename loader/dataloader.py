@@ -340,6 +340,17 @@ class StreamingDataLoader(DataLoader[Any]):
         self.progress.skips.append((max(start, self.global_step), stop))
         self._telemetry.steps_skipped(start, stop, self.global_step)
 
+    def set_weights(self, weights: Sequence[Any], at_step: int) -> None:
+        """A mixture's new weights from global step `at_step` on (online reweighting, e.g.
+        DoReMi-style): a new phase, exact counts from that step, later phases replaced;
+        recorded in the state. Every rank calls it with the same arguments (checked across
+        ranks when torch.distributed is initialised); a step already read ahead is refused
+        (docs/mixtures.md)."""
+        if not isinstance(self.streaming_dataset, MixedDataset):
+            raise TypeError("set_weights applies to a loader over a MixedDataset")
+        self.streaming_dataset.set_weights(weights, at_step)
+        tell_mixture(self._telemetry, self.streaming_dataset, self.step, self.global_batch_size)
+
     def _batches(self, stream: Stream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
         threaded read-ahead without them."""

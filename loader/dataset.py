@@ -337,12 +337,12 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         rebuilt on exactly the rows the saved run was reading. A dataset built with
         `shuffle_seed=None` adopts the state's seed.
         """
-        st.check_state(state)
-        if state[st.KEY_FORMAT] != st.FORMAT:
+        if isinstance(state, dict) and state.get(st.KEY_FORMAT) == st.MIXTURE_FORMAT:
             raise ValueError(
                 "this is a mixture's state (format elastic-loader/mixture/dataset): load it into the "
                 "MixedDataset, or its part state['sources'][k] into dataset k"
             )
+        st.check_state(state)
         seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")

@@ -167,11 +167,12 @@ def check_state(state: Any) -> None:
     """
     if not isinstance(state, dict):
         raise StateError(None, f"must be a dict, got {type(state).__name__}")
-    if state.get(KEY_FORMAT) == MIXTURE_FORMAT:  # a mixture of datasets: its own checks
-        from loader.mixture.state import check_mixture_state
-
-        check_mixture_state(state)
-        return
+    if state.get(KEY_FORMAT) == MIXTURE_FORMAT:  # checked by loader.states (a room above)
+        raise StateError(
+            KEY_FORMAT,
+            f"is {MIXTURE_FORMAT!r}, a mixture's state: check it with loader.states.check_state "
+            "and load it into the MixedDataset (or its part state['sources'][k] into dataset k)",
+        )
     missing = [key for key in REQUIRED if key not in state]
     if missing:
         raise StateError(

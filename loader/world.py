@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,12 +115,9 @@ def agree_with_rank0(value: int | None, group: Any | None, what: str) -> int | N
         raise ValueError(f"{what}={value} does not fit the int64 it is broadcast in")
     box = torch.tensor([value is None, value or 0], dtype=torch.int64, device=_device(group))
     src = dist.get_global_rank(group, 0)
-    limit_s = agree_timeout_s()
-    work = dist.broadcast(box, src, group=group, async_op=True)
-    try:
-        work.wait(timeout=datetime.timedelta(seconds=limit_s))
-    except RuntimeError as err:
-        raise TimeoutError(
+    _bounded_wait(
+        dist.broadcast(box, src, group=group, async_op=True),
+        lambda limit_s, err: (
             f"StreamingDataset on rank {dist.get_rank()}: the ranks of its process group did "
             f"not agree on the {what} within {limit_s:g} s ({err}; ${ENV_AGREE_TIMEOUT} sets "
             "the limit, for ranks that legitimately start far apart). Every rank "
@@ -127,9 +125,39 @@ def agree_with_rank0(value: int | None, group: Any | None, what: str) -> int | N
             "(e.g. for evaluation) needs rank=0, world_size=1 (or process_group=False); for a "
             "subset of ranks pass process_group=<their group>; or pin it yourself: "
             "version=<int> (and shuffle_seed=<int>)"
-        ) from err
+        ),
+    )
     is_none, agreed = box.tolist()
     return None if is_none else int(agreed)
+
+
+def gather_from_ranks(values: list[int], group: Any | None, what: str) -> list[list[int]]:
+    """Every rank's `values` (a few int64s, the same count on each), in rank order, by one
+    all_gather over `group`; [values] when `group` is None or has one rank. Waits
+    agree_timeout_s() at most, then TimeoutError naming `what`: a rank that never makes the
+    same call is an error within a bounded wait, not a hang."""
+    if group is None or dist.get_world_size(group) == 1:
+        return [list(values)]
+    mine = torch.tensor(values, dtype=torch.int64, device=_device(group))
+    out = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    _bounded_wait(
+        dist.all_gather(out, mine, group=group, async_op=True),
+        lambda limit_s, err: (
+            f"rank {dist.get_rank()}: the other ranks did not make the same {what} call within "
+            f"{limit_s:g} s ({err}); every rank must call it, with the same arguments "
+            f"(${ENV_AGREE_TIMEOUT} sets the limit)"
+        ),
+    )
+    return [t.tolist() for t in out]
+
+
+def _bounded_wait(work: Any, message: Callable[[float, RuntimeError], str]) -> None:
+    """Wait for a collective's `work` agree_timeout_s() at most, else TimeoutError(message)."""
+    limit_s = agree_timeout_s()
+    try:
+        work.wait(timeout=datetime.timedelta(seconds=limit_s))
+    except RuntimeError as err:
+        raise TimeoutError(message(limit_s, err)) from err
 
 
 def agree_timeout_s() -> float:

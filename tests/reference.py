@@ -143,6 +143,17 @@ def mix_counts(weights: list[int], counts: list[int], rows: int) -> list[int]:
     return out
 
 
+def mix_labels(weights: list[int], counts: list[int], rows: int) -> list[int]:
+    """The source of each of the next `rows` rows of the row sequence (`mix_counts` row by
+    row, noting which count grew)."""
+    out, now = [], list(counts)
+    for _ in range(rows):
+        nxt = mix_counts(weights, now, 1)
+        out.append(next(k for k, (a, b) in enumerate(zip(now, nxt, strict=True)) if b > a))
+        now = nxt
+    return out
+
+
 def place_rows(src: list[Any], rows: list[int], dest: list[Any], at: list[int]) -> list[Any]:
     """`dest` with row `at[i]` replaced by row `rows[i]` of `src`, one row at a time."""
     out = list(dest)

@@ -94,10 +94,10 @@ def test_round_trip_and_layout(tmp_path: Path) -> None:
 def test_checkpoint_and_inspect_import_without_torch() -> None:
     """The state's checks live in loader/state.py, which stays standard-library only."""
     code = (
-        "import sys, loader.checkpoint, loader.tools.inspect, loader.state\n"
+        "import sys, loader.checkpoint, loader.tools.inspect, loader.states\n"
         "heavy = sorted({'torch', 'numba', 'lance', 'pyarrow'} & set(sys.modules))\n"
         "assert not heavy, heavy\n"
-        "assert loader.checkpoint.check_state is loader.state.check_state"
+        "assert loader.checkpoint.check_state is loader.states.check_state"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from loader import StreamingDataLoader, StreamingDataset, checkpoint
+from loader import StreamingDataLoader, StreamingDataset, checkpoint, derive_packed_fields
 from loader.mixture.dataset import CombinedStreamingDataset, MixedDataset
 from loader.tools.inspect import format_inspect
 from tests.tables import lancedb_table, make_rows
@@ -202,9 +203,16 @@ def blocks(loaders_: list[StreamingDataLoader], count: int) -> list[list[tuple[i
         rows = []
         for batch in batches:
             b, seq = batch["input_ids"].shape
-            assert batch["source"].tolist() == sorted(batch["source"].tolist())  # layout order
-            assert batch["cu_seqlens"][-1] == b * seq and len(batch["source"]) == b
-            assert bool((batch["cu_seqlens"][1:] > batch["cu_seqlens"][:-1]).all())
+            cu = batch["cu_seqlens"]
+            assert cu[-1] == b * seq and len(batch["source"]) == b
+            assert bool((cu[1:] > cu[:-1]).all())
+            assert set(range(0, b * seq, seq)) <= set(cu.tolist())  # every block starts a piece
+            for source, block in zip(batch["source"].tolist(), batch["input_ids"], strict=True):
+                assert (int(block.max()) >= 100_000) == (source == 1)  # interleaved blocks
+            # the default fields follow their blocks: derived from input_ids and cu_seqlens
+            derived = derive_packed_fields(batch["input_ids"], cu)
+            for key, value in derived.items():
+                assert torch.equal(batch[key], value), key
             rows.extend(
                 (s, *row)
                 for s, row in zip(
@@ -261,14 +269,48 @@ def test_skip_steps_and_in_order(tables: tuple[Any, Path]) -> None:
         StreamingDataLoader(mixture(tables, 0, 1), global_batch_size=G, in_order=False)
 
 
-def test_the_seed_moves_rows_between_ranks_not_steps(tables: tuple[Any, Path]) -> None:
+def test_the_seed_changes_nothing_now_that_steps_interleave(tables: tuple[Any, Path]) -> None:
     plain = steps(loaders(tables, 3), 6)
     assert steps(loaders(tables, 3, seed=11), 6) == plain  # the same rows every step
 
     def layout(**kw: Any) -> list[list[int]]:
         return [b["source"].tolist() for bs in _global(loaders(tables, 3, **kw), 6) for b in bs]
 
-    assert layout(seed=11) != layout()  # which rank holds which table's rows moves
+    assert layout(seed=11) == layout()  # and the same rows on every rank
+
+
+def test_every_rank_reads_a_mixed_batch_on_every_world_size() -> None:
+    """Issue 27's example: W = 4, G = 40, weights 0.7 / 0.2 / 0.1 gave ranks 0 and 1 only
+    the first dataset. Interleaved, every rank's slice holds each dataset within 2 rows of
+    its share, on every W <= G, and the steps stay the same rows."""
+    weights = [Fraction(7, 10), Fraction(1, 5), Fraction(1, 10)]
+
+    def ranks(world: int, g: int) -> list[StreamingDataLoader]:
+        out = []
+        for rank in range(world):
+            kw = {"rank": rank, "world_size": world}
+            datasets = [
+                StreamingDataset(
+                    pa.table({"id": [k * 1000 + i for i in range(n)]}), num_splits=s, **kw
+                )
+                for k, (n, s) in enumerate([(400, 4), (90, 3), (37, 1)])
+            ]
+            out.append(StreamingDataLoader(MixedDataset(datasets, weights), global_batch_size=g))
+        return out
+
+    for g, worlds in ((40, (1, 3, 4, 7, 40)), (13, (1, 2, 5, 13))):
+        whole = None
+        for world in worlds:
+            got = []
+            for batches in _global(ranks(world, g), 12):
+                for batch in batches:
+                    sources = batch["source"].tolist()
+                    assert sources == [i // 1000 for i in batch["id"].tolist()]
+                    for k, w in enumerate(weights):
+                        assert abs(sources.count(k) - len(sources) * w) < 2, (g, world, k)
+                got.append(sorted(i for b in batches for i in b["id"].tolist()))
+            whole = whole or got
+            assert got == whole  # step t is the same rows on every W
 
 
 def test_ragged_columns_and_row_transforms_join(tmp_path: Path) -> None:
@@ -285,8 +327,10 @@ def test_ragged_columns_and_row_transforms_join(tmp_path: Path) -> None:
     c = StreamingDataset(pa.table({"id": list(range(40))}), num_splits=2, **double)
     d = StreamingDataset(pa.table({"id": list(range(100, 120))}), num_splits=2, **double)
     batch = next(iter(StreamingDataLoader(MixedDataset([c, d], [1, 1]), global_batch_size=8)))
-    assert batch["source"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert all(i % 2 == 0 for i in batch["id"].tolist()) and min(batch["id"][4:].tolist()) >= 200
+    assert sorted(batch["source"].tolist()) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert batch["source"].tolist() != sorted(batch["source"].tolist())  # interleaved
+    assert all(i % 2 == 0 for i in batch["id"].tolist())
+    assert [i >= 200 for i in batch["id"].tolist()] == [s == 1 for s in batch["source"].tolist()]
 
 
 def typed_table(base: int, rows: int) -> pa.Table:
@@ -325,3 +369,37 @@ def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.Monk
         assert list(one) == list(other)
         for key in one:
             assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
+
+
+@pytest.mark.filterwarnings("ignore:pack_sequences=4 is longer")
+def test_a_packed_mixture_goes_on_past_a_pass_without_a_whole_block() -> None:
+    """Issue 24 item 8: a small packed dataset whose pass holds no whole block (seven short
+    documents, S=2, seq 4) stopped a 3:1 mixture with `dataset 1 has no rows in pass 2`.
+    Such a pass contributes nothing and is counted; the mixture goes on, exactly resumable."""
+
+    def ranks(world: int) -> list[StreamingDataLoader]:
+        out = []
+        for rank in range(world):
+            kw = {"columns": ["tokens"], "eos_id": 0, "pack_sequences": 4, "rank": rank}
+            kw |= {"world_size": world, "shuffle_clump_size": 1}
+            lengths = [0, 0, 0, 1, 1, 0, 0]
+            docs = [[500_000 + d * 100 + t + 1 for t in range(n)] for d, n in enumerate(lengths)]
+            small = pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))})
+            parts = [
+                StreamingDataset(token_table(300, 0), num_splits=2, shuffle_seed=2, **kw),
+                StreamingDataset(small, num_splits=2, shuffle_seed=1, **kw),
+            ]
+            out.append(StreamingDataLoader(MixedDataset(parts, [3, 1]), global_batch_size=4))
+        return out
+
+    whole = blocks(ranks(1), 300)
+    for step in whole:
+        assert Counter(r[0] for r in step) == {0: 3, 1: 1}
+    first = ranks(2)
+    assert blocks(first, 130) == whole[:130]
+    state = first[0].state_dict()
+    assert state["empty_passes"][0] == 0 and state["empty_passes"][1] > 0
+    resumed = ranks(1)
+    for dl in resumed:
+        dl.load_state_dict(state)
+    assert blocks(resumed, 170) == whole[130:]

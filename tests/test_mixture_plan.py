@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.kernels.mix import _mix_counts
+from loader.kernels.mix import _mix_counts, _mix_labels
 from loader.layout import slice_bounds
 from loader.mixture.plan import (
     ALL_PASSES,
@@ -56,15 +56,28 @@ def rank_steps(
     while len(out) < steps:
         stream = MixStream(plan, pos, World(rank, world), g)
         for task in stream.tasks(3):
-            rows = [_rows(plan, k, t) for k, t in task.groups]
-            for items in task.layout:
-                out.append([row for g_, i in items for row in rows[g_][i]])
+            out.extend(placed(plan, task))
         for _ in range(stream.num_batches):
             pos, _ = plan.step(pos, g)
         if stream.num_batches == 0:  # an epoch already over (new weights): the next one
             passes = tuple(s.epoch for s in pos.sources)
             pos = replace(pos, epoch=pos.epoch + 1, step=0, epoch_passes=passes)
     return out[:steps]
+
+
+def placed(plan: MixPlan, task) -> list[list[Row]]:
+    """A task's batches as the reader lays them out: each group's rows at `places()`."""
+    rows: list[Row | None] = [None] * sum(task.sizes)
+    for (k, t), at in zip(task.groups, task.places(), strict=True):
+        group = [row for piece in _rows(plan, k, t) for row in piece]
+        assert len(group) == len(at)
+        for row, p in zip(group, at.tolist(), strict=True):
+            rows[p] = row
+    assert all(
+        r is not None and r[0] == lab for r, lab in zip(rows, task.labels.tolist(), strict=True)
+    )
+    bounds = np.cumsum((0, *task.sizes)).tolist()
+    return [rows[a:b] for a, b in itertools.pairwise(bounds)]  # type: ignore[misc]
 
 
 def _rows(plan: MixPlan, k: int, task) -> list[list[Row]]:
@@ -136,7 +149,12 @@ def test_counts_exact_and_steps_the_same_on_every_world_size(mix, steps: int) ->
     check_passes([row for step in one for row in step], sizes)
     for r in range(world):  # every rank the same number of rows a step as a single dataset
         lo, hi = slice_bounds(r, world, g)
-        assert all(len(b) == hi - lo for b in rank_steps(plan, start, r, world, g, steps))
+        batches = rank_steps(plan, start, r, world, g, steps)
+        assert all(len(b) == hi - lo for b in batches)
+        for batch in batches:  # ... and of each dataset, fewer than 2 rows from its share
+            for k, w in enumerate(weights):
+                held = sum(1 for row in batch if row[0] == k)
+                assert abs(held - Fraction((hi - lo) * w, total)) < 2
 
 
 @settings(max_examples=150)
@@ -153,7 +171,7 @@ def test_resume_on_another_world_size_with_new_weights(mix, crash: int, g2: int,
     saved = after(plan, start, g, crash)
     # the resume: same datasets and passes, new weights from the resumed step (a new phase)
     plan2 = make_plan(sizes, new, rule, seed)
-    if Weights.of(new, len(new)) != plan.weights:
+    if Weights.of(new, len(new)) != plan.weights_at(0):
         saved = MixPosition(
             saved.epoch,
             saved.step,
@@ -172,7 +190,7 @@ def test_resume_on_another_world_size_with_new_weights(mix, crash: int, g2: int,
         for k, _, _ in step:
             counts[k] += 1
         for k, w in enumerate(new):
-            if Weights.of(new, len(new)) != plan.weights:
+            if Weights.of(new, len(new)) != plan.weights_at(0):
                 assert abs(counts[k] - Fraction(t * g2 * w, sum(new))) < 1
 
 
@@ -199,24 +217,42 @@ def test_epoch_ends_where_the_rule_says(mix) -> None:
         assert steps == rule
 
 
+row_steps = st.lists(st.integers(0, 40), min_size=1, max_size=6)
+kernel_weights = st.lists(st.integers(0, 30), min_size=1, max_size=5)
+
+
 @settings(max_examples=200)
-@given(
-    st.lists(st.integers(0, 30), min_size=1, max_size=5),
-    st.lists(st.integers(0, 40), min_size=1, max_size=6),
-)
+@given(kernel_weights, row_steps)
 def test_count_kernel_matches_twin(weights: list[int], steps: list[int]) -> None:
+    for counts, rows, w in _walk(weights, steps):
+        want = reference.mix_counts(list(w.shares), counts, rows)
+        assert (
+            _mix_counts(w._array, w.period, np.asarray(counts, dtype=np.int64), rows).tolist()
+            == want
+        )
+        assert all(b >= a for a, b in zip(counts, want, strict=True))
+
+
+@settings(max_examples=200)
+@given(kernel_weights, row_steps)
+def test_label_kernel_matches_twin(weights: list[int], steps: list[int]) -> None:
+    for counts, rows, w in _walk(weights, steps):
+        want = reference.mix_labels(list(w.shares), counts, rows)
+        assert (
+            _mix_labels(w._array, w.period, np.asarray(counts, dtype=np.int64), rows).tolist()
+            == want
+        )
+
+
+def _walk(weights: list[int], steps: list[int]):
+    """(counts so far, rows, weights) for each of `steps` rows of the twin's sequence."""
     if sum(weights) == 0:
         weights[0] = 1
     w = Weights.of(weights, len(weights))
     counts = [0] * len(weights)
     for rows in steps:
-        want = reference.mix_counts(list(w.shares), counts, rows)
-        got = _mix_counts(
-            np.asarray(w.shares, dtype=np.int64), w.period, np.asarray(counts, dtype=np.int64), rows
-        )
-        assert got.tolist() == want
-        assert all(b >= a for a, b in zip(counts, want, strict=True))
-        counts = want
+        yield counts, rows, w
+        counts = reference.mix_counts(list(w.shares), counts, rows)
 
 
 def test_weights_are_exact_fractions() -> None:

@@ -108,3 +108,111 @@ def test_a_resume_from_the_json_state_on_another_world_size_with_new_weights(
             job["weights"][0], sum(job["weights"])
         ):
             shares_hold(after, weights, g)  # a new phase from the resumed step
+
+
+@st.composite
+def recipes(draw: st.DrawFn) -> dict[str, Any]:
+    """A job with weight phases: a schedule of up to two entries, and maybe one set_weights
+    call (made at global step `call`, from step `at` on)."""
+    count = draw(st.integers(1, 3))
+    sources = [(draw(st.integers(4, 30)), draw(st.integers(1, 4))) for _ in range(count)]
+
+    def weights() -> list[int]:
+        out = draw(st.lists(st.integers(0, 5), min_size=count, max_size=count))
+        out[0] = out[0] or 1
+        return out
+
+    starts = sorted(set(draw(st.lists(st.integers(1, 10), max_size=2))))
+    g = draw(st.integers(1, 12))
+    call = None
+    if draw(st.booleans()):
+        at = draw(st.integers(1, 12))
+        call = (draw(st.integers(0, at)), weights(), at)
+    return {
+        "sources": sources, "weights": weights(), "schedule": [(s, weights()) for s in starts],
+        "call": call, "g": g, "world": draw(st.integers(1, min(g, 4))),
+        "world2": draw(st.integers(1, min(g, 4))), "crash": draw(st.integers(0, 10)),
+    }  # fmt: skip
+
+
+def recipe_loaders(job: dict[str, Any], world: int, resumed: bool) -> list[StreamingDataLoader]:
+    out = []
+    for rank in range(world):
+        kw = {"rank": rank, "world_size": world}
+        datasets = [
+            StreamingDataset(tables(k, rows), num_splits=splits, shuffle_seed=k, **kw)
+            for k, (rows, splits) in enumerate(job["sources"])
+        ]
+        declared = {"weights": None} if resumed else {"schedule": job["schedule"]}
+        mix = MixedDataset(datasets, declared.pop("weights", job["weights"]), **declared)
+        out.append(
+            StreamingDataLoader(
+                mix, global_batch_size=job["g"], reads_in_flight=0, read_size=job["g"]
+            )
+        )
+    return out
+
+
+def laid_out(
+    dls: list[StreamingDataLoader], job: dict[str, Any], count: int
+) -> list[list[list[int]]]:
+    """`count` global steps: every rank's ids in layout order (set_weights made on time)."""
+    out: list[list[list[int]]] = []
+    while len(out) < count:
+        its = [iter(dl) for dl in dls]
+        while len(out) < count:
+            if job["call"] and dls[0].global_step == job["call"][0]:
+                for dl in dls:
+                    dl.set_weights(job["call"][1], at_step=job["call"][2])
+            try:
+                out.append([next(it)["id"].tolist() for it in its])
+            except StopIteration:
+                break
+    return out
+
+
+def phases_of(job: dict[str, Any]) -> list[tuple[int, list[int]]]:
+    phases = [(0, job["weights"]), *job["schedule"]]
+    if job["call"]:
+        _, weights, at = job["call"]
+        phases = [p for p in phases if p[0] < at] + [(at, weights)]
+    return phases
+
+
+@settings(max_examples=30, deadline=None)
+@given(recipes())
+def test_schedules_and_set_weights_exact_on_every_world_size_and_resume(
+    job: dict[str, Any],
+) -> None:
+    steps = 14
+    whole = laid_out(recipe_loaders(job, 1, False), job, steps)
+    first = recipe_loaders(job, job["world"], False)
+    before = laid_out(first, job, job["crash"])
+    state = json.loads(json.dumps(first[0].state_dict()))
+    resumed = recipe_loaders(job, job["world2"], True)
+    for dl in resumed:
+        dl.load_state_dict(state)
+    run = before + laid_out(resumed, job, steps - job["crash"])
+    assert [sorted(i for b in s for i in b) for s in run] == [sorted(s[0]) for s in whole]
+    phases, g = phases_of(job), job["g"]
+    counts: Counter[int] = Counter()
+    supplied: dict[int, list[int]] = {k: [] for k in range(len(job["sources"]))}
+    for t, step in enumerate(run):
+        start, weights = [p for p in phases if p[0] <= t][-1]
+        if start == t:
+            counts.clear()
+        shares = [Fraction(w, sum(weights)) for w in weights]
+        for batch in step:  # every rank within 2 rows of its share of each dataset
+            for k, share in enumerate(shares):
+                assert abs(sum(1 for i in batch if i // BASE == k) - len(batch) * share) < 2
+        layout = [i for batch in step for i in batch]  # ranks in order: the step's layout
+        counts.update(i // BASE for i in layout)
+        for k, share in enumerate(shares):  # exact within the phase
+            assert abs(counts[k] - (t - start + 1) * g * share) < 1
+        for i in layout:
+            supplied[i // BASE].append(i)
+    for k, (rows, splits) in enumerate(job["sources"]):  # every row of a pass once
+        length = splits * (rows // splits)
+        ids = supplied[k]
+        for a in range(0, len(ids), length):
+            assert len(set(ids[a : a + length])) == len(ids[a : a + length])

@@ -16,6 +16,9 @@ is not enough: it can need a source to give back a row it already supplied (the 
 paradox). Working row by row avoids that, and the sequence is periodic: after D rows every
 source has supplied exactly a_k, so whole periods are skipped in O(K) and only the
 remainder is walked (O(min(rows, 2*D) * K)), with every product below D**2 <= 2**62.
+`_mix_labels` walks every row (O(rows * K)) and says which source each goes to: the order in
+which a mixture's step lays its rows out (interleaved), so any slice of it holds each source
+within two rows of its share.
 """
 
 from __future__ import annotations
@@ -30,12 +33,20 @@ PERIOD_LIMIT = 2**31  # D**2 must fit int64
 
 @njit
 def _mix_walk(
-    weights: NDArray[np.int64], period: int, residual: NDArray[np.int64], row: int, rows: int
+    weights: NDArray[np.int64],
+    period: int,
+    residual: NDArray[np.int64],
+    row: int,
+    rows: int,
+    labels: NDArray[np.int64],
+    at: int,
 ) -> int:
     """Walk `rows` rows inside one period from `row` rows into it; `residual` (counts inside
-    the period) is updated in place. Returns the row reached."""
-    for _ in range(rows):
-        at = row + 1  # the row being placed, 1-based within the period
+    the period) is updated in place, and when `labels` is not empty, the source of each row
+    walked is written to labels[at], labels[at + 1], ... Returns the row reached."""
+    keep = labels.shape[0] > 0
+    for i in range(rows):
+        at_row = row + 1  # the row being placed, 1-based within the period
         best = -1
         best_deadline = 0
         for k in range(weights.shape[0]):
@@ -44,15 +55,49 @@ def _mix_walk(
             if share == 0 or job > share:
                 continue
             release = (job - 1) * period // share + 1
-            if release > at:
+            if release > at_row:
                 continue
             deadline = -(-(job * period) // share)
             if best < 0 or deadline < best_deadline:
                 best = k
                 best_deadline = deadline
         residual[best] += 1
+        if keep:
+            labels[at + i] = best
         row += 1
     return row
+
+
+@njit
+def _mix_run(
+    weights: NDArray[np.int64],
+    period: int,
+    counts: NDArray[np.int64],
+    rows: int,
+    labels: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """Counts per source after `rows` more rows of the phase whose counts so far are
+    `counts`; with a non-empty `labels` (of length `rows`), also each row's source."""
+    done = counts.sum()
+    periods = done // period
+    residual = counts - periods * weights
+    row = done - periods * period
+    keep = labels.shape[0] > 0
+    walked = 0
+    while walked < rows:
+        if row == period:
+            periods += 1
+            residual[:] = 0
+            row = 0
+        step = min(rows - walked, period - row)  # to the end of the current period
+        if not keep and row == 0 and step == period:  # whole periods: skipped in O(K)
+            whole = (rows - walked) // period
+            periods += whole
+            walked += whole * period
+            continue
+        row = _mix_walk(weights, period, residual, row, step, labels, walked)
+        walked += step
+    return residual + periods * weights
 
 
 @njit
@@ -60,17 +105,16 @@ def _mix_counts(
     weights: NDArray[np.int64], period: int, counts: NDArray[np.int64], rows: int
 ) -> NDArray[np.int64]:
     """Counts per source after `rows` more rows of the phase whose counts so far are `counts`."""
-    done = counts.sum()
-    periods = done // period
-    residual = counts - periods * weights
-    row = done - periods * period
-    first = min(rows, period - row)  # to the end of the current period
-    row = _mix_walk(weights, period, residual, row, first)
-    left = rows - first
-    if row == period:
-        periods += 1
-        residual[:] = 0
-        row = 0
-    periods += left // period
-    _mix_walk(weights, period, residual, row, left % period)
-    return residual + periods * weights
+    return _mix_run(weights, period, counts, rows, np.empty(0, dtype=np.int64))
+
+
+@njit
+def _mix_labels(
+    weights: NDArray[np.int64], period: int, counts: NDArray[np.int64], rows: int
+) -> NDArray[np.int64]:
+    """The source of each of the next `rows` rows of the phase whose counts so far are
+    `counts` (int64, in row order): the interleaved layout of a step or a rank's slice."""
+    labels = np.empty(rows, dtype=np.int64)
+    if rows > 0:
+        _mix_run(weights, period, counts, rows, labels)
+    return labels

@@ -14,9 +14,13 @@ from fractions import Fraction
 from pathlib import PurePosixPath
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from loader import args
 from loader import state as st
 from loader.dataset import StreamingDataset
+from loader.mixture import reweight
 from loader.mixture import state as ms
 from loader.mixture.plan import (
     ALL_PASSES,
@@ -24,12 +28,18 @@ from loader.mixture.plan import (
     MixPlan,
     MixPosition,
     SourceAt,
-    Weights,
     longest_pass,
     pass_of,
 )
 from loader.mixture.reader import SOURCE_FIELD, MixReader
 from loader.mixture.stream import MixProgress
+from loader.mixture.weights import (
+    Phase,
+    Weights,
+    resumed_phases,
+    saved_phases,
+    schedule_phases,
+)
 from loader.plan import PlanSpec
 from loader.progress import Batching
 from loader.sources import ResolvedSource, SourceSpec, is_remote
@@ -58,9 +68,11 @@ class MixedDataset(OnWorld):
             world size; all packed with one seq_len, or none).
         weights: one number >= 0 per dataset (ints, Fractions or floats; normalised). None:
             proportional to the rows of each dataset's pass.
-        seed: None lays each step's rows out dataset by dataset in list order; an int
-            shuffles that order per step (which rank holds which dataset's rows), never
-            which rows the step holds.
+        schedule: [(global_step, weights), ...]: piecewise-constant phases, each from its
+            global step on (steps >= 1, increasing; `weights` holds before the first).
+            `loader.linear_ramp` writes a linear change as such phases.
+        seed: kept for compatibility and saved; it no longer changes anything (a step's rows
+            are laid out interleaved, in the row sequence's order).
         steps_per_epoch: the mixture's epoch in global steps, if given. Otherwise an
             epoch ends with the step in which `epoch_source` (a name) completes its pass;
             by default the dataset whose pass takes the most steps at these weights (the
@@ -73,6 +85,7 @@ class MixedDataset(OnWorld):
         datasets: Sequence[StreamingDataset] | Mapping[str, StreamingDataset],
         weights: Sequence[Any] | None = None,
         *,
+        schedule: Sequence[tuple[int, Sequence[Any]]] | None = None,
         seed: int | None = None,
         steps_per_epoch: int | None = None,
         epoch_source: str | None = None,
@@ -94,10 +107,12 @@ class MixedDataset(OnWorld):
                 [ds.num_splits * ds.units_per_split(ds.epoch) for ds in self.datasets]
             )
         shares = Weights.of(weights, len(self.datasets))
+        self._schedule = tuple(schedule_phases(schedule, len(self.datasets)))
+        self._rule_given = (steps_per_epoch, epoch_source, iterate_over_all) != (None, None, False)
         rule = self._epoch_rule(shares, steps_per_epoch, epoch_source, iterate_over_all)
         seed = args.optional_integer("seed", seed, 0)
         self.mix_plan = MixPlan(
-            shares,
+            (Phase(0, shares), *self._schedule),
             tuple(ds.num_splits for ds in self.datasets),
             self._units,
             seed,
@@ -151,7 +166,21 @@ class MixedDataset(OnWorld):
 
     @property
     def weights(self) -> list[float]:
-        return [float(f) for f in self.mix_plan.weights.fractions()]
+        """The weights in force for the next global step."""
+        return [float(f) for f in self._weights_now().fractions()]
+
+    def _weights_now(self) -> Weights:
+        return self.mix_plan.weights_at(self.progress.mix_position().global_step)
+
+    def set_weights(self, weights: Sequence[Any], at_step: int) -> None:
+        """`weights` from global step `at_step` on (every rank alike; see
+        `loader.mixture.reweight` and `StreamingDataLoader.set_weights`)."""
+        reweight.set_weights(self, weights, at_step)
+
+    @property
+    def phases(self) -> list[tuple[int, list[Fraction]]]:
+        """The weight phases: (global step, weights) each, as exact fractions."""
+        return [(p.start, p.weights.fractions()) for p in self.mix_plan.phases]
 
     @property
     def reader(self) -> MixReader:
@@ -211,7 +240,8 @@ class MixedDataset(OnWorld):
             st.KEY_FORMAT: ms.FORMAT,
             st.KEY_FORMAT_VERSION: ms.FORMAT_VERSION,
             ms.KEY_NAMES: list(self.names),
-            ms.KEY_WEIGHTS: self.mix_plan.weights.text(),
+            ms.KEY_WEIGHTS: self.mix_plan.weights_at(pos.phase_start).text(),
+            ms.KEY_PHASES: [p.saved() for p in self.mix_plan.phases],
             ms.KEY_SEED: self.mix_plan.seed,
             ms.KEY_EPOCH_RULE: self.mix_plan.epoch_rule,
             st.KEY_EPOCH: pos.epoch,
@@ -223,6 +253,7 @@ class MixedDataset(OnWorld):
             ms.KEY_PHASE_COUNTS: list(pos.counts),
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
             ms.KEY_SUPPLIED: list(pos.supplied),
+            ms.KEY_EMPTY_PASSES: list(pos.empty_passes),
             ms.KEY_STEPS_SKIPPED: [list(r) for r in self.progress.steps_skipped],
             ms.KEY_SOURCES: [
                 ds.state_at(at.epoch, list(at.cursors))
@@ -260,16 +291,21 @@ class MixedDataset(OnWorld):
                 raise ValueError(f"mixture state field 'sources[{k}]' ({name!r}): {err}") from err
             epoch, cursors, _ = ds.progress.position()
             sources.append(SourceAt(epoch, tuple(cursors)))
-        saved = Weights.of(
-            [_parse(t) for t in state[ms.KEY_WEIGHTS]], len(self.names), "state weights"
-        )
-        if not self._weights_given:  # weights=None adopts the saved ones (like shuffle_seed=None)
-            self.mix_plan = replace(self.mix_plan, weights=saved)
+        count = len(self.names)
+        saved = Weights.of([_parse(t) for t in state[ms.KEY_WEIGHTS]], count, "state weights")
         global_step = state[st.KEY_GLOBAL_STEP]
-        if saved == self.mix_plan.weights:
-            phase_start, counts = state[ms.KEY_PHASE_START], tuple(state[ms.KEY_PHASE_COUNTS])
-        else:  # a new phase from the resumed step on
-            phase_start, counts = global_step, (0,) * len(self.names)
+        phase_start = state[ms.KEY_PHASE_START]
+        history = (
+            saved_phases(state[ms.KEY_PHASES], count)
+            if ms.KEY_PHASES in state
+            else (Phase(phase_start, saved),)  # states before schedules: the phase in force
+        )
+        base = self.mix_plan.phases[0].weights if self._weights_given else None
+        phases = resumed_phases(history, base, self._schedule, global_step)
+        rule = self.mix_plan.epoch_rule
+        if not self._weights_given and not self._rule_given:  # adopt the saved epoch too
+            rule = state[ms.KEY_EPOCH_RULE]
+        self.mix_plan = replace(self.mix_plan, phases=phases, epoch_rule=rule)
         self.progress.steps_skipped = [list(r) for r in state.get(ms.KEY_STEPS_SKIPPED, [])]
         self.progress.move(
             MixPosition(
@@ -277,33 +313,31 @@ class MixedDataset(OnWorld):
                 step=state[st.KEY_STEP],
                 global_step=global_step,
                 phase_start=phase_start,
-                counts=counts,
+                counts=tuple(state[ms.KEY_PHASE_COUNTS]),
                 sources=tuple(sources),
                 epoch_passes=tuple(state[ms.KEY_EPOCH_PASSES]),
                 supplied=tuple(state[ms.KEY_SUPPLIED]),
+                empty_passes=tuple(state.get(ms.KEY_EMPTY_PASSES, (0,) * count)),
             )
         )
 
     # -- the dashboard's facts ----------------------------------------------------------
 
     def facts(self, global_batch: int | None = None) -> dict[str, Any]:
-        """Per dataset: units read since the run began, passes, and the weights in effect
+        """Per dataset: units read since the run began, passes, and the weights in force
         since `phase_start` (the data of the `mixture` telemetry event: text and int lists).
         With the global batch G, also the layout of the next global step: `step_segments`,
-        triples (dataset, first position, rows) in layout order (for the Placement page)."""
-        pos = self.progress.mix_position()
+        triples (dataset, first position, rows), one per run of one dataset's rows in the
+        interleaved layout (None beyond STEP_RUNS_SHOWN runs: a big step would fill the event)."""
+        pos = self.mix_plan.entering(self.progress.mix_position())
         seq_len = self.packing.spec.seq_len if self.packing is not None else None
         segments: list[int] | None = None
         if global_batch:
-            try:  # telemetry never stops a job: a step that cannot be laid out fails its read
-                _, parts = self.mix_plan.step(pos, global_batch)
-            except ValueError:
-                parts = []
-            segments = [v for p in parts for v in (p.source, p.offset, p.count)] or None
+            segments = layout_runs(self.mix_plan.layout(pos, global_batch, 0, global_batch))
         return {
             "step_segments": segments,
             "names": ",".join(self.names),
-            "weights": ",".join(self.mix_plan.weights.text()),
+            "weights": ",".join(self.mix_plan.weights_at(pos.global_step).text()),
             "phase_start": pos.phase_start,
             "supplied": list(pos.supplied),
             "tokens": [u * seq_len for u in pos.supplied] if seq_len else None,
@@ -313,9 +347,25 @@ class MixedDataset(OnWorld):
 
     def __repr__(self) -> str:
         shares = ", ".join(
-            f"{n}={w}" for n, w in zip(self.names, self.mix_plan.weights.text(), strict=True)
+            f"{n}={w}" for n, w in zip(self.names, self._weights_now().text(), strict=True)
         )
         return f"MixedDataset({shares}, rank {self.rank}/{self.world_size}, epoch {self.epoch})"
+
+
+STEP_RUNS_SHOWN = 256  # runs of a step's layout a telemetry event carries at most
+
+
+def layout_runs(labels: NDArray[np.int64]) -> list[int] | None:
+    """A layout as flat triples (dataset, first position, rows), one per run of equal
+    labels; None when empty or longer than STEP_RUNS_SHOWN runs."""
+    if len(labels) == 0:
+        return None
+    starts = np.flatnonzero(np.diff(labels)) + 1
+    if len(starts) >= STEP_RUNS_SHOWN:
+        return None
+    firsts = np.concatenate(([0], starts))
+    counts = np.diff(np.append(firsts, len(labels)))
+    return np.stack([labels[firsts], firsts, counts], axis=1).reshape(-1).tolist()
 
 
 def by_size(sizes: list[int]) -> list[int]:

@@ -1,36 +1,73 @@
 """A mixture's plan: which rows of which source every global step holds, from a position alone.
 
-Pure arithmetic, no I/O (what the property tests drive). Global step t of G rows takes
-n_k(t) rows from source k: the next G rows of the phase's exact row sequence
-(`loader.kernels.mix`), so after T steps of a weight phase source k has supplied within one
-row of T*G*w_k. Those rows are source k's own next n_k rows (its all-splits stream: the
-split with the smallest cursor first), laid out split-major; a source that runs out
-continues into its next pass (its plan's next epoch) inside the same step. The step's G rows
-are laid out source by source (in a per-step order when a seed is given) and rank r takes
-positions [r*G//W, (r+1)*G//W) of that layout, as a single dataset's step. So global step t
+Pure arithmetic, no I/O (what the property tests and the rows ledger drive). Weights come in
+phases (`loader.mixture.weights`): the phase in force at global step t is the last one
+starting at or before t, and its row sequence (`loader.kernels.mix`) starts afresh at the
+phase's start. Global step t of G rows is the next G rows of that sequence: row j of the step
+goes to the source the sequence names (the step's *layout*, interleaved), so after T steps of
+a phase source k has supplied within one row of T*G*w_k, and any slice [lo, hi) of a step
+holds each source within two rows of (hi - lo)*w_k. Source k's rows of the step are its own
+next n_k rows (its all-splits stream: the split with the smallest cursor first, laid out
+split-major), placed in the order the layout names k; a source that runs out continues into
+its next pass (its plan's next epoch) inside the same step, and a pass with no rows (a
+small packed dataset's pass may hold no whole block) is passed over and counted. Rank r
+takes positions [r*G//W, (r+1)*G//W) of the layout, as for a single dataset: global step t
 is the same rows on every W <= G, and each rank's batch is G//W rows or one more.
+
+What to call to answer "which rows did global step t hold" (the rows ledger):
+
+- `MixPlan.step(pos, G)` -> (position after the step, its `Segment`s): per source and
+  pass, the levels [before[s], after[s]) of each split, and `first`/`count`, the source's
+  rows of the step they are (source by source, passes in order);
+- `MixPlan.layout(pos, G, lo, hi)`: the source of each position [lo, hi) of the step's
+  layout (int64); `MixPlan.rank_step(pos, G, lo, hi)` -> (position after, a rank's
+  `Piece`s, its layout): what one rank reads, as the loader reads it;
+- `rank_pieces(segments, firsts, stops)`: a rank's part of each segment from the source
+  rows [firsts[k], stops[k]) it holds (`MixPlan.rank_rows`).
+
+Walk from a saved position (`MixPosition`, from a state) with `step` to reach step t; the
+phases are the plan's (`MixPlan.phases`, saved in the state as `phases`). Every function is
+pure: the same arguments give the same answer on every machine, W and worker count.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from loader.kernels.mix import PERIOD_LIMIT, _mix_counts
-from loader.kernels.permute import mix64
 from loader.kernels.stream import _advance, _slice_runs
+from loader.mixture.weights import (
+    FLOAT_DENOMINATOR,
+    Phase,
+    Phases,
+    Weights,
+    parse_weights,
+    phase_index,
+)
 
-FLOAT_DENOMINATOR = 10**6  # a float weight is read as the nearest fraction this fine
+__all__ = [
+    "FLOAT_DENOMINATOR",
+    "MixPlan",
+    "MixPosition",
+    "Phase",
+    "Piece",
+    "Segment",
+    "SourceAt",
+    "Weights",
+    "parse_weights",
+    "rank_pieces",
+]
+
 FIRST_PASS = "first_pass"  # the epoch ends with the step in which a source completes a pass
 ALL_PASSES = "all_passes"  # ... in which the last source completes one
 PASS_OF = "pass_of:"  # "pass_of:K": ... in which source K completes one
+EMPTY_PASSES_LIMIT = 1000  # consecutive passes without a row: the dataset holds none
 
 
 def pass_of(source: int) -> str:
@@ -49,77 +86,6 @@ def rule_source(rule: str | int) -> int | None:
     if isinstance(rule, str) and rule.startswith(PASS_OF) and rule[len(PASS_OF) :].isdigit():
         return int(rule[len(PASS_OF) :])
     return None
-
-
-@dataclass(frozen=True)
-class Weights:
-    """Shares as integers: source k supplies `shares[k] / period` of every phase's rows."""
-
-    shares: tuple[int, ...]
-    period: int
-
-    @classmethod
-    def of(cls, weights: Sequence[Any], count: int, name: str = "weights") -> Weights:
-        """Exact shares from ints, Fractions or floats (a float is the nearest fraction with a
-        denominator up to 10**6: 0.7 -> 7/10, 1/3 -> 1/3)."""
-        if isinstance(weights, str | bytes) or not isinstance(weights, Sequence):
-            raise TypeError(f"{name} must be a list of numbers, got {type(weights).__name__}")
-        if len(weights) != count:
-            raise ValueError(f"{name} has {len(weights)} entries for {count} datasets: one each")
-        fractions = [_fraction(w, f"{name}[{k}]") for k, w in enumerate(weights)]
-        if sum(fractions) <= 0:
-            raise ValueError(f"{name} are all 0: at least one dataset must have a weight > 0")
-        scale = math.lcm(*(f.denominator for f in fractions))
-        ints = [int(f * scale) for f in fractions]
-        common = math.gcd(*ints)
-        shares = tuple(i // common for i in ints)
-        if sum(shares) > PERIOD_LIMIT:
-            raise ValueError(
-                f"{name}={list(weights)} reduce to shares {list(shares)} whose sum exceeds "
-                f"2**31; give them as small integers (e.g. [7, 2, 1]) or simpler fractions"
-            )
-        return cls(shares, sum(shares))
-
-    def fractions(self) -> list[Fraction]:
-        return [Fraction(s, self.period) for s in self.shares]
-
-    def text(self) -> list[str]:
-        """The shares as reduced fractions ("7/10"), what the state saves."""
-        return [str(f) for f in self.fractions()]
-
-    @functools.cached_property
-    def _array(self) -> NDArray[np.int64]:
-        return np.asarray(self.shares, dtype=np.int64)
-
-    def counts_after(self, counts: tuple[int, ...], rows: int) -> tuple[int, ...]:
-        out = _mix_counts(self._array, self.period, np.asarray(counts, dtype=np.int64), rows)
-        return tuple(out.tolist())
-
-
-def _fraction(value: Any, name: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
-        raise TypeError(f"{name} must be a number >= 0, got {value!r}")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        out = Fraction(value).limit_denominator(FLOAT_DENOMINATOR)
-        if value > 0 and out == 0:
-            raise ValueError(f"{name}={value!r} is below 1e-6; give the weights as integers")
-    else:
-        out = Fraction(value)
-    if out < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return out
-
-
-def parse_weights(texts: Any, field: str = "weights") -> list[Fraction]:
-    """A state's weights ("7/10" each), or ValueError naming the field."""
-    try:
-        return [Fraction(str(t)) for t in texts]
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise ValueError(
-            f"mixture state field {field!r} is {texts!r}: expected fractions"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -143,23 +109,24 @@ class MixPosition:
     sources: tuple[SourceAt, ...]
     epoch_passes: tuple[int, ...]  # each source's pass when the mixture epoch began
     supplied: tuple[int, ...]  # units per source since the run began (for the dashboard)
+    empty_passes: tuple[int, ...] = ()  # passes per source that held no row (passed over)
 
     @classmethod
     def start(cls, sources: Sequence[SourceAt]) -> MixPosition:
         zeros = (0,) * len(sources)
-        return cls(0, 0, 0, 0, zeros, tuple(sources), tuple(s.epoch for s in sources), zeros)
+        return cls(0, 0, 0, 0, zeros, tuple(sources), tuple(s.epoch for s in sources), zeros, zeros)
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Rows of one source's pass in a step: levels [before[s], after[s]) of each split,
-    at positions [offset, offset + count) of the step's layout."""
+    """Rows of one source's pass in a step: levels [before[s], after[s]) of each split, the
+    source's rows [first, first + count) of the step (in the order its rows are laid out)."""
 
     source: int
     epoch: int
     before: NDArray[np.int64]
     after: NDArray[np.int64]
-    offset: int
+    first: int
     count: int
 
 
@@ -175,46 +142,105 @@ class Piece:
 
 @dataclass(frozen=True)
 class MixPlan:
-    """What fixes a mixture's steps besides the position: the weights, each source's splits
-    and units per split in each pass, the per-step source order, and where epochs end."""
+    """What fixes a mixture's steps besides the position: the weight phases, each source's
+    splits and units per split in each pass, and where epochs end. `phases` may be given as
+    one `Weights` (one phase from step 0). `seed` is kept for the state (it once ordered the
+    datasets of a step; the layout is now the row sequence's)."""
 
-    weights: Weights
+    phases: Phases  # (one `Weights` is taken as one phase from step 0)
     num_splits: tuple[int, ...]
     units: Callable[[int, int], int]  # (source, pass) -> units per split of that pass
     seed: int | None = None
     epoch_rule: str | int = FIRST_PASS  # FIRST_PASS, ALL_PASSES, pass_of(k) or a number of steps
+    _phases: Phases = field(init=False, repr=False, compare=False)
 
-    def order(self, global_step: int) -> list[int]:
-        """The order in which the sources' rows are laid out in a step: fixed, or a
-        permutation per step from (seed, step) when a seed is given."""
-        count = len(self.num_splits)
-        if self.seed is None:
-            return list(range(count))
-        keys = [mix64(mix64(self.seed ^ mix64(global_step)) ^ k) for k in range(count)]
-        return sorted(range(count), key=lambda k: (keys[k], k))
+    def __post_init__(self) -> None:
+        phases: Any = self.phases
+        if isinstance(phases, Weights):
+            phases = (Phase(0, phases),)
+        object.__setattr__(self, "phases", tuple(phases))
+        object.__setattr__(self, "_phases", tuple(phases))
+
+    def phase_at(self, global_step: int) -> Phase:
+        return self._phases[phase_index(self._phases, global_step)]
+
+    def weights_at(self, global_step: int) -> Weights:
+        return self.phase_at(global_step).weights
+
+    @property
+    def last_weights(self) -> Weights:
+        """The weights of the last phase (the ones in force for ever after it)."""
+        return self._phases[-1].weights
+
+    def entering(self, pos: MixPosition) -> MixPosition:
+        """`pos` with the phase of its next step: counts from zero when that step begins a
+        phase (a schedule's, set_weights', or a resume's new weights)."""
+        start = self.phase_at(pos.global_step).start
+        if start == pos.phase_start or start > pos.global_step:
+            return pos
+        return replace(pos, phase_start=start, counts=(0,) * len(pos.counts))
 
     def left_in_pass(self, k: int, at: SourceAt) -> int:
         return self.num_splits[k] * self.units(k, at.epoch) - sum(at.cursors)
 
+    def rank_rows(
+        self, pos: MixPosition, global_batch: int, lo: int, hi: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(firsts, stops): per source, its rows [firsts[k], stops[k]) of the step from `pos`
+        that positions [lo, hi) of the layout hold."""
+        pos = self.entering(pos)
+        weights = self.weights_at(pos.global_step)
+        a, b = weights.counts_after(pos.counts, lo), weights.counts_after(pos.counts, hi)
+        firsts = tuple(x - c for x, c in zip(a, pos.counts, strict=True))
+        return firsts, tuple(x - c for x, c in zip(b, pos.counts, strict=True))
+
+    def layout(self, pos: MixPosition, global_batch: int, lo: int, hi: int) -> NDArray[np.int64]:
+        """The source of each position [lo, hi) of the step from `pos` (int64, hi - lo)."""
+        pos = self.entering(pos)
+        weights = self.weights_at(pos.global_step)
+        return weights.labels(weights.counts_after(pos.counts, lo), hi - lo)
+
+    def rank_step(
+        self, pos: MixPosition, global_batch: int, lo: int, hi: int
+    ) -> tuple[MixPosition, list[Piece], NDArray[np.int64]]:
+        """One rank's part [lo, hi) of the step from `pos`: the position after the step,
+        the rank's pieces (per source and pass, in source order) and its layout."""
+        after, segments = self.step(pos, global_batch)
+        firsts, stops = self.rank_rows(pos, global_batch, lo, hi)
+        layout = self.layout(pos, global_batch, lo, hi)
+        return after, rank_pieces(segments, firsts, stops), layout
+
     def step(self, pos: MixPosition, global_batch: int) -> tuple[MixPosition, list[Segment]]:
-        """The next global step: its segments (in layout order) and the position after it."""
-        counts = self.weights.counts_after(pos.counts, global_batch)
+        """The next global step: its segments (source by source, passes in order) and the
+        position after it."""
+        pos = self.entering(pos)
+        counts = self.weights_at(pos.global_step).counts_after(pos.counts, global_batch)
         segments: list[Segment] = []
         sources = list(pos.sources)
-        offset = 0
-        for k in self.order(pos.global_step):
-            want = counts[k] - pos.counts[k]
+        empty = list(pos.empty_passes or (0,) * len(sources))
+        for k in range(len(sources)):
+            want, first = counts[k] - pos.counts[k], 0
+            skipped = 0
             while want > 0:
                 at = sources[k]
                 length = self.units(k, at.epoch)
                 left = self.left_in_pass(k, at)
-                if left <= 0:
-                    raise ValueError(f"dataset {k} has no rows in pass {at.epoch}")
+                if left <= 0:  # a pass without a row: it contributes nothing, counted
+                    skipped += 1
+                    if skipped > EMPTY_PASSES_LIMIT:
+                        raise ValueError(
+                            f"dataset {k} has no rows in passes {at.epoch - skipped + 1} to "
+                            f"{at.epoch}: it cannot supply its share"
+                        )
+                    empty[k] += 1
+                    sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
+                    continue
+                skipped = 0
                 take = min(want, left)
                 before = np.asarray(at.cursors, dtype=np.int64)
                 after = _advance(before, take, length)
-                segments.append(Segment(k, at.epoch, before, after, offset, take))
-                offset += take
+                segments.append(Segment(k, at.epoch, before, after, first, take))
+                first += take
                 want -= take
                 if take == left:  # the pass is done: the next one starts from zero cursors
                     sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
@@ -230,6 +256,7 @@ class MixPlan:
             counts=counts,
             sources=tuple(sources),
             supplied=supplied,
+            empty_passes=tuple(empty),
         )
         if self._epoch_done(after_pos):
             after_pos = replace(
@@ -240,67 +267,112 @@ class MixPlan:
             )
         return after_pos, segments
 
-    def _active(self) -> list[int]:
-        """The sources whose passes end epochs: those of weight > 0, or the rule's one."""
+    def _ending(self) -> tuple[list[int], bool]:
+        """The sources whose passes end epochs, and whether all of them must (else any).
+        Decided from the last phase's weights (those in force for ever after), so that
+        `steps_left` and `step` agree on every step: a rule naming a source of weight 0
+        there becomes "the first pass any source completes"."""
+        count = len(self.num_splits)
+        shares = self.last_weights.shares
         source = rule_source(self.epoch_rule)
         if source is not None:
-            return [source] if self.weights.shares[source] > 0 else []
-        return [k for k, share in enumerate(self.weights.shares) if share > 0]
+            return ([source], False) if shares[source] > 0 else (list(range(count)), False)
+        if self.epoch_rule == ALL_PASSES:
+            return [k for k in range(count) if shares[k] > 0], True
+        return list(range(count)), False
 
     def _epoch_done(self, pos: MixPosition) -> bool:
         if isinstance(self.epoch_rule, int):
             return pos.step >= self.epoch_rule
-        done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in self._active()]
-        return any(done) if self.epoch_rule != ALL_PASSES else all(done)
+        sources, every = self._ending()
+        done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in sources]
+        return all(done) if every else any(done)
 
     def steps_left(self, pos: MixPosition, global_batch: int) -> int:
         """Steps until the mixture epoch of `pos` ends (from the counts alone: O(K log T)
-        kernel calls, each O(min(rows, 2 * period)))."""
+        kernel calls per phase, each O(min(rows, 2 * period)))."""
         if isinstance(self.epoch_rule, int):
             return max(0, self.epoch_rule - pos.step)
-        active = self._active()
-        if not active:
-            raise ValueError(f"epoch rule {self.epoch_rule!r} names a dataset of weight 0")
+        sources, every = self._ending()
         ends = []
-        for k in active:
+        for k in sources:
             at = pos.sources[k]
             if at.epoch > pos.epoch_passes[k]:
                 ends.append(0)
-            else:
-                ends.append(self.steps_to_supply(pos, k, self.left_in_pass(k, at), global_batch))
-        return max(ends) if self.epoch_rule == ALL_PASSES else min(ends)
+                continue
+            # an empty pass ends in the step in which the source next supplies a row
+            rows = self.left_in_pass(k, at) or 1
+            end = self.steps_to_supply(pos, k, rows, global_batch)
+            if end is not None:
+                ends.append(end)
+        if not ends:
+            raise ValueError(f"epoch rule {self.epoch_rule!r}: no dataset ever completes a pass")
+        return max(ends) if every else min(ends)
 
-    def steps_to_supply(self, pos: MixPosition, k: int, rows: int, global_batch: int) -> int:
-        """The fewest steps after which source k has supplied `rows` more rows."""
-
-        def enough(steps: int) -> bool:
-            counts = self.weights.counts_after(pos.counts, steps * global_batch)
-            return counts[k] - pos.counts[k] >= rows
-
-        # every count is within one row of its share: the answer lies in a window of about
-        # 2 / (G * share) + 1 steps, found from the shares alone; the kernel decides inside it
-        share = Fraction(self.weights.shares[k], self.weights.period)
-        done = sum(pos.counts)
-        target = rows + pos.counts[k]  # the count source k must reach
-        low = max(0, math.floor((target - 1 - done * share) / (share * global_batch)))
-        high = max(1, math.ceil((target + 1 - done * share) / (share * global_batch)))
-        while not enough(high):  # (never: the bound holds; kept as a guard)
-            high *= 2
-        low = min(low, high - 1)
-        while low + 1 < high:
-            mid = (low + high) // 2
-            if enough(mid):
-                high = mid
-            else:
-                low = mid
-        return high
+    def steps_to_supply(self, pos: MixPosition, k: int, rows: int, global_batch: int) -> int | None:
+        """The fewest steps after which source k has supplied `rows` more rows, phase by
+        phase (None: never, its weight is 0 from some phase on)."""
+        pos = self.entering(pos)
+        counts, step, total = pos.counts, pos.global_step, 0
+        index = phase_index(self._phases, step)
+        while True:
+            weights = self._phases[index].weights
+            nxt = self._phases[index + 1].start if index + 1 < len(self._phases) else None
+            limit = None if nxt is None else nxt - step
+            if weights.shares[k] > 0:
+                found = _steps_in_phase(weights, counts, k, rows, global_batch, limit)
+                if found is not None:
+                    return total + found
+            if limit is None:
+                return None
+            rows -= weights.counts_after(counts, limit * global_batch)[k] - counts[k]
+            total, step, index = total + limit, step + limit, index + 1
+            counts = (0,) * len(counts)
 
 
-def rank_pieces(segments: list[Segment], lo: int, hi: int) -> list[Piece]:
-    """A rank's part [lo, hi) of a step's layout, segment by segment (empty ones left out)."""
+def _steps_in_phase(
+    weights: Weights, counts: tuple[int, ...], k: int, rows: int, g: int, limit: int | None
+) -> int | None:
+    """The fewest steps of one phase after which source k has supplied `rows` more rows
+    (None when more than `limit` steps)."""
+
+    def enough(steps: int) -> bool:
+        return weights.counts_after(counts, steps * g)[k] - counts[k] >= rows
+
+    if rows <= 0:
+        return 0
+    if limit is not None and not enough(limit):
+        return None
+    # every count is within one row of its share: the answer lies in a window of about
+    # 2 / (G * share) + 1 steps, found from the shares alone; the kernel decides inside it
+    share = Fraction(weights.shares[k], weights.period)
+    done = sum(counts)
+    target = rows + counts[k]  # the count source k must reach
+    low = max(0, math.floor((target - 1 - done * share) / (share * g)))
+    high = max(1, math.ceil((target + 1 - done * share) / (share * g)))
+    if limit is not None:
+        high = min(high, limit)
+    while not enough(high):  # (never: the bound holds; kept as a guard)
+        high *= 2
+    low = min(low, high - 1)
+    while low + 1 < high:
+        mid = (low + high) // 2
+        if enough(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def rank_pieces(
+    segments: list[Segment], firsts: Sequence[int], stops: Sequence[int]
+) -> list[Piece]:
+    """A rank's part of each segment: of source k, its rows [firsts[k], stops[k]) of the
+    step (empty pieces left out)."""
     pieces = []
     for seg in segments:
-        first, last = max(lo - seg.offset, 0), min(hi - seg.offset, seg.count)
+        lo, hi = firsts[seg.source] - seg.first, stops[seg.source] - seg.first
+        first, last = max(lo, 0), min(hi, seg.count)
         if first >= last:
             continue
         runs = _slice_runs(seg.before, seg.after, first, last)

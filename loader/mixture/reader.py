@@ -1,5 +1,8 @@
 """Reading a mixture's task: one read per (dataset, pass) through that dataset's own
-reader, then each batch joined in layout order with the `source` of every row (or block)."""
+reader (as few takes as a dataset alone), then every row (or block) placed where the step's
+interleaved layout puts it, with its `source`. Plain numeric rows are copied once, straight
+into place (`loader.kernels.rows`); other batches are joined dataset by dataset and then
+reordered by one index per column."""
 
 from __future__ import annotations
 
@@ -54,11 +57,15 @@ class MixReader:
         else:
             parts = [self.readers[k].batches(t, sub_reads) for k, t in task.groups]
         out = []
-        for items in task.layout:
+        interleaving = task.interleaving()
+        at = 0
+        for items, size in zip(task.layout, task.sizes, strict=True):
             pieces = [parts[g][i] for g, i in items]
             sources = [task.groups[g][0] for g, _ in items]
             counts = [task.groups[g][1].sizes[i] for g, i in items]
-            out.append(join_batches(pieces, sources, counts))
+            joined = join_batches(pieces, sources, counts)
+            out.append(reorder(joined, interleaving[at : at + size] - at))
+            at += size
         return out
 
     def __getitem__(self, task: MixTask) -> Sequence[Any]:
@@ -94,7 +101,7 @@ def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> S
     outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
     if outs is None:
         return None
-    places = _places(task)
+    places = task.places()
     for name, arrays in columns.items():
         dest = _as_words(outs[name].numpy())
         for values, (_, order), at in zip(arrays, reads, places, strict=True):
@@ -103,23 +110,6 @@ def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> S
     for (k, _), at in zip(task.groups, places, strict=True):
         sources[at] = k
     return _split(outs, task.sizes)
-
-
-def _places(task: MixTask) -> list[NDArray[np.int64]]:
-    """Per group, the row of the task's batches (end to end) that each row of its read
-    (in the group's stream order) goes to."""
-    starts = [[0] * len(t.sizes) for _, t in task.groups]  # each piece's first row
-    row = 0
-    for items in task.layout:
-        for g, i in items:
-            starts[g][i] = row
-            row += task.groups[g][1].sizes[i]
-    places = []
-    for (_, t), first in zip(task.groups, starts, strict=True):
-        sizes = np.array(t.sizes, dtype=np.int64)
-        shift = np.array(first, dtype=np.int64) - (np.cumsum(sizes) - sizes)
-        places.append(np.repeat(shift, sizes) + np.arange(int(sizes.sum()), dtype=np.int64))
-    return places
 
 
 def _as_words(values: NDArray[Any]) -> NDArray[Any]:
@@ -170,3 +160,49 @@ def _join(key: str, values: list[Any]) -> Any:
     if isinstance(values[0], list):
         return [x for v in values for x in v]
     raise TypeError(f"column {key!r}: cannot join values of type {type(values[0]).__name__}")
+
+
+def reorder(batch: dict[str, Any], rows: NDArray[np.int64]) -> dict[str, Any]:
+    """`batch` (rows or packed blocks grouped by dataset) with row i taken from row rows[i]:
+    the interleaved layout. A no-op when the rows are in order already (one dataset)."""
+    if np.array_equal(rows, np.arange(len(rows))):
+        return batch
+    index = torch.from_numpy(rows)
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if key == "cu_seqlens":
+            out[key] = _reorder_boundaries(value, rows, batch["input_ids"].shape[1])
+        elif isinstance(value, torch.Tensor):
+            out[key] = value[index]
+        elif isinstance(value, Ragged):
+            out[key] = _reorder_ragged(value, rows)
+        elif isinstance(value, list):
+            out[key] = [value[i] for i in rows.tolist()]
+        else:
+            raise TypeError(f"column {key!r}: cannot reorder values of type {type(value).__name__}")
+    return out
+
+
+def _reorder_boundaries(cu: torch.Tensor, rows: NDArray[np.int64], seq_len: int) -> torch.Tensor:
+    """A packed batch's `cu_seqlens` after its blocks are reordered: every block's
+    boundaries (a block's start is always one) move with it."""
+    values = cu.numpy().astype(np.int64)
+    inner = values[:-1]
+    old = inner // seq_len
+    new = np.empty_like(rows)
+    new[rows] = np.arange(len(rows), dtype=np.int64)
+    moved = np.sort(inner + (new[old] - old) * seq_len)
+    return torch.from_numpy(np.append(moved, values[-1]).astype(values.dtype, copy=False)).to(
+        cu.dtype
+    )
+
+
+def _reorder_ragged(value: Ragged, rows: NDArray[np.int64]) -> Ragged:
+    offsets = value.offsets.numpy().astype(np.int64)
+    lengths = np.diff(offsets)[rows]
+    starts = offsets[:-1][rows]
+    new_offsets = np.concatenate(([0], np.cumsum(lengths)))
+    flat = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(int(new_offsets[-1]))
+    return Ragged(
+        value.values[torch.from_numpy(flat)], torch.from_numpy(new_offsets).to(value.offsets.dtype)
+    )

@@ -2,8 +2,9 @@
 
 One object, JSON, O(total splits): the mixture's step and weight phase, and per dataset its
 own state (`loader.state`, as that dataset read alone on one rank would save it: identity,
-pinned version, pass and cursors). Standard library only, like `loader.state`, whose
-`check_state` sends a mixture state here, so checkpoint files and `inspect` take both.
+pinned version, pass and cursors). Standard library only, like `loader.state`;
+`loader.states.check_state` sends a mixture state here, so checkpoint files and `inspect`
+take both.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ KEY_EPOCH_PASSES = "epoch_passes"  # each dataset's pass when the mixture epoch 
 KEY_SUPPLIED = "supplied"  # units (rows or blocks) per dataset since the run began
 KEY_SOURCES = "sources"  # per dataset: its own state
 KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [first, stop) global steps jumped (skip_steps)
+# optional (states before schedules lack it: one phase, `weights` from `phase_start`):
+KEY_PHASES = "phases"  # [[global step, ["7/10", ...]], ...]: every weight phase, in order
+KEY_EMPTY_PASSES = "empty_passes"  # optional: passes per dataset that held no row
 
 REQUIRED = (
     st.KEY_FORMAT,
@@ -86,6 +90,10 @@ def check_mixture_state(state: Any) -> None:
     for key in (KEY_PHASE_COUNTS, KEY_EPOCH_PASSES, KEY_SUPPLIED):
         _counts(key, state[key], count)
     _check_phase(state[KEY_PHASE_COUNTS], shares)
+    if KEY_EMPTY_PASSES in state:
+        _counts(KEY_EMPTY_PASSES, state[KEY_EMPTY_PASSES], count)
+    if KEY_PHASES in state:
+        _check_phases(state[KEY_PHASES], count, state[KEY_PHASE_START], shares)
     skipped = state.get(KEY_STEPS_SKIPPED, [])
     if not isinstance(skipped, list) or not all(
         isinstance(r, list) and len(r) == 2 and all(st.is_count(v) for v in r) for r in skipped
@@ -102,16 +110,35 @@ def check_mixture_state(state: Any) -> None:
             raise st.StateError(f"{KEY_SOURCES}[{k}]{inner}", err.problem) from None
 
 
-def _fractions(texts: Any, count: int) -> list[Fraction]:
+def _fractions(texts: Any, count: int, field: str = KEY_WEIGHTS) -> list[Fraction]:
     if not isinstance(texts, list) or len(texts) != count:
-        raise st.StateError(KEY_WEIGHTS, f"is {texts!r}, expected {count} fractions (one per name)")
+        raise st.StateError(field, f"is {texts!r}, expected {count} fractions (one per name)")
     try:
         out = [Fraction(str(t)) for t in texts]
     except (ValueError, ZeroDivisionError):
-        raise st.StateError(KEY_WEIGHTS, f"is {texts!r}, expected fractions like '7/10'") from None
+        raise st.StateError(field, f"is {texts!r}, expected fractions like '7/10'") from None
     if any(f < 0 for f in out) or sum(out) != 1:
-        raise st.StateError(KEY_WEIGHTS, f"is {texts!r}: shares must be >= 0 and sum to 1")
+        raise st.StateError(field, f"is {texts!r}: shares must be >= 0 and sum to 1")
     return out
+
+
+def _check_phases(phases: Any, count: int, phase_start: int, shares: list[Fraction]) -> None:
+    """Phases in increasing order of step, each [step, weights]; the one starting at
+    `phase_start` holds the state's `weights` (those the phase counts are of)."""
+    if not isinstance(phases, list) or not phases:
+        raise st.StateError(KEY_PHASES, f"is {phases!r}, expected [[global step, weights], ...]")
+    last = -1
+    for i, phase in enumerate(phases):
+        field = f"{KEY_PHASES}[{i}]"
+        if not isinstance(phase, list) or len(phase) != 2:
+            raise st.StateError(field, f"is {phase!r}, expected [global step, weights]")
+        start = st.check_count(field, phase[0])
+        if start <= last:
+            raise st.StateError(field, f"starts at step {start}, not after the phase before")
+        last = start
+        weights = _fractions(phase[1], count, field)
+        if start == phase_start and weights != shares:
+            raise st.StateError(field, f"has weights {phase[1]}, but 'weights' says otherwise")
 
 
 def _counts(field: str, values: Any, count: int) -> None:

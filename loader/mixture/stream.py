@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from loader.layout import slice_bounds
-from loader.mixture.plan import MixPlan, MixPosition, Piece, rank_pieces
+from loader.mixture.plan import MixPlan, MixPosition, Piece
 from loader.progress import Batching
 from loader.stream import BatchTask
 from loader.world import World
@@ -23,21 +24,52 @@ from loader.world import World
 
 @dataclass(frozen=True, eq=False)
 class MixTask:
-    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, and for
-    every batch which of those tasks' batches it joins, in layout order."""
+    """Consecutive steps of one rank: a `BatchTask` per (dataset, pass) they touch, for
+    every batch which of those tasks' batches it joins (source order), and the layout:
+    the dataset of every row of the batches end to end (interleaved, the row sequence's
+    order)."""
 
     epoch: int
     index: int
     sizes: tuple[int, ...]
     groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
     layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
+    labels: NDArray[np.int64]  # per row of the batches end to end: its dataset
+
+    def places(self) -> list[NDArray[np.int64]]:
+        """Per group, the row of the batches (end to end) that each row of its read (in the
+        group's stream order) goes to: a dataset's rows fill the rows the layout gives it,
+        in order, its passes one after another (groups of a dataset come in pass order)."""
+        order = np.argsort(self.labels, kind="stable")  # rows of dataset 0, 1, ... in order
+        ranked = self.labels[order]
+        start: dict[int, int] = {}
+        out = []
+        for k, task in self.groups:
+            first = start.setdefault(k, int(np.searchsorted(ranked, k)))
+            out.append(order[first : first + task.count])
+            start[k] = first + task.count
+        return out
+
+    def interleaving(self) -> NDArray[np.int64]:
+        """For each row of the batches, its row among the batches' rows grouped dataset by
+        dataset (each batch: its pieces in `layout` order): what reorders a joined batch."""
+        out = np.empty(len(self.labels), dtype=np.int64)
+        at = 0
+        for size in self.sizes:
+            labels = self.labels[at : at + size]
+            order = np.argsort(labels, kind="stable")
+            out[at + order] = np.arange(at, at + size, dtype=np.int64)
+            at += size
+        return out
 
 
-def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> MixTask:
+def _mix_task(
+    epoch: int, index: int, steps: list[tuple[list[Piece], NDArray[np.int64]]], size: int
+) -> MixTask:
     keys: dict[tuple[int, int], int] = {}
     parts: list[list[Piece]] = []
     layout = []
-    for pieces in steps:
+    for pieces, _ in steps:
         items = []
         for piece in pieces:
             group = keys.setdefault((piece.source, piece.epoch), len(parts))
@@ -52,7 +84,8 @@ def _mix_task(epoch: int, index: int, steps: list[list[Piece]], size: int) -> Mi
         counts = tuple(len(p.runs[0]) for p in pieces)
         task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, counts)
         groups.append((source, task))
-    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout))
+    labels = np.concatenate([lay for _, lay in steps]) if steps else np.empty(0, np.int64)
+    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout), labels)
 
 
 class MixStream:
@@ -71,6 +104,19 @@ class MixStream:
     def global_rows(self, index: int) -> int:
         return self.global_batch
 
+    def read_ahead_to(self) -> int:
+        """The global step after the last one a task was made for (handed to a reader)."""
+        walked, pos = self._walked
+        return pos.global_step if walked else self.start.global_step
+
+    def replan(self, plan: MixPlan) -> None:
+        """Go on with `plan` (new weights from a step not yet read): the steps not yet made
+        into tasks, and where the epoch ends, come from it."""
+        walked, pos = self._walked
+        self.plan = plan
+        if walked < self.num_batches:
+            self.num_batches = walked + plan.steps_left(pos, self.global_batch)
+
     def task_rows(self, index: int) -> int:
         return self.hi - self.lo
 
@@ -87,9 +133,9 @@ class MixStream:
             walked += 1
         steps = []
         for at in range(index, min(index + batches, self.num_batches)):
-            pos, segments = self.plan.step(pos, self.global_batch)
+            pos, pieces, layout = self.plan.rank_step(pos, self.global_batch, self.lo, self.hi)
             self.after[at] = pos  # `record` takes it instead of stepping again
-            steps.append(rank_pieces(segments, self.lo, self.hi))
+            steps.append((pieces, layout))
         self._walked = (index + len(steps), pos)
         return _mix_task(self.epoch, index, steps, self.hi - self.lo)
 
@@ -158,6 +204,17 @@ class MixProgress:
             passes = tuple(s.epoch for s in self._pos.sources)
             self.move(replace(self._pos, epoch=self._pos.epoch + 1, step=0, epoch_passes=passes))
         return stream
+
+    def read_ahead_to(self) -> int:
+        """The global step after the last one read (or being read) ahead: set_weights may
+        begin a phase there or later, not before."""
+        stream = self._stream
+        reached = self._pos.global_step
+        return max(reached, stream.read_ahead_to()) if stream is not None else reached
+
+    def replan(self, plan: Any) -> None:
+        if self._stream is not None:
+            self._stream.replan(plan)
 
     def is_current(self, stream: Any) -> bool:
         return stream is self._stream

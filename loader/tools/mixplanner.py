@@ -19,6 +19,7 @@ from loader.mixture.plan import (
     FIRST_PASS,
     MixPlan,
     MixPosition,
+    Phase,
     SourceAt,
     Weights,
     longest_pass,
@@ -70,7 +71,13 @@ def format_mixture_plan(
     weights = Weights.of(given, len(specs), "--mixture weights")
     rows = [s.num_splits * length for s, length in zip(specs, lengths, strict=True)]
     rule = ALL_PASSES if iterate_over_all else pass_of(longest_pass(rows, weights))
-    plan = MixPlan(weights, tuple(s.num_splits for s in specs), lambda k, e: lengths[k], None, rule)
+    plan = MixPlan(
+        (Phase(0, weights),),
+        tuple(s.num_splits for s in specs),
+        lambda k, e: lengths[k],
+        None,
+        rule,
+    )
     start = MixPosition.start([SourceAt(0, (0,) * s.num_splits) for s in specs])
     sampled = min(SAMPLED_STEPS, weights.period // math.gcd(weights.period, global_batch))
     low, high = [global_batch] * len(specs), [0] * len(specs)
@@ -94,7 +101,7 @@ def format_mixture_plan(
     for k, (spec, share) in enumerate(zip(specs, weights.fractions(), strict=True)):
         per_pass = spec.num_splits * lengths[k]
         if share:
-            alone = MixPlan(weights, plan.num_splits, plan.units, None, FIRST_PASS)
+            alone = MixPlan((Phase(0, weights),), plan.num_splits, plan.units, None, FIRST_PASS)
             steps = alone.steps_to_supply(start, k, per_pass, global_batch)
             steps_text, passes = (
                 f"{steps:,}",

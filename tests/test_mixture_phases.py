@@ -1,0 +1,229 @@
+"""Weight phases of a mixture through the loader: a declared `schedule`, `linear_ramp`, online
+`set_weights`, and what each means at a resume (in-memory Arrow tables; ranks simulated by
+one loader per rank, as tests/test_mixture_properties.py does)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from fractions import Fraction
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from loader import MixedDataset, StreamingDataLoader, StreamingDataset, linear_ramp
+
+BASE = 1000  # dataset k's ids are k * BASE + row
+SIZES = [(60, 3), (45, 2), (23, 1)]  # (rows, num_splits) per dataset
+G = 10
+A, B = [6, 3, 1], [2, 5, 3]
+
+
+def ranks(world: int, weights: Any = A, g: int = G, **kw: Any) -> list[StreamingDataLoader]:
+    out = []
+    for rank in range(world):
+        datasets = [
+            StreamingDataset(
+                pa.table({"id": [k * BASE + i for i in range(rows)]}),
+                num_splits=splits,
+                shuffle_seed=k,
+                rank=rank,
+                world_size=world,
+            )
+            for k, (rows, splits) in enumerate(SIZES)
+        ]
+        mix = MixedDataset(datasets, weights, **kw)
+        out.append(StreamingDataLoader(mix, global_batch_size=g, reads_in_flight=0, read_size=g))
+    return out
+
+
+def run(dls: list[StreamingDataLoader], count: int, calls: Any = None) -> list[list[list[int]]]:
+    """`count` global steps (across epochs): every rank's batch of ids; `calls` maps a
+    global step to set_weights arguments, made on every rank before that step is read."""
+    out: list[list[list[int]]] = []
+    while len(out) < count:
+        its = [iter(dl) for dl in dls]
+        while len(out) < count:
+            for dl in dls:
+                if calls and dl.global_step in calls:
+                    dl.set_weights(*calls[dl.global_step])
+            try:
+                out.append([next(it)["id"].tolist() for it in its])
+            except StopIteration:
+                break
+    return out
+
+
+def union(steps: list[list[list[int]]]) -> list[list[int]]:
+    return [sorted(i for batch in step for i in batch) for step in steps]
+
+
+def exact(steps: list[list[list[int]]], weights: list[int], g: int = G) -> None:
+    """Counts exact over the steps (one phase), and every rank within 2 rows of its share."""
+    shares = [Fraction(w, sum(weights)) for w in weights]
+    total: Counter[int] = Counter()
+    for t, step in enumerate(steps, 1):
+        for batch in step:
+            here = Counter(i // BASE for i in batch)
+            total.update(here)
+            for k, share in enumerate(shares):
+                assert abs(here[k] - len(batch) * share) < 2
+        for k, share in enumerate(shares):
+            assert abs(total[k] - t * g * share) < 1
+
+
+def test_a_schedule_holds_exact_counts_per_phase_on_every_world_size() -> None:
+    schedule = [(4, B), (9, [1, 1, 1])]
+    whole = run(ranks(1, schedule=schedule), 14)
+    for world in (2, 3, 7):
+        assert union(run(ranks(world, schedule=schedule), 14)) == union(whole)
+    per_rank = run(ranks(3, schedule=schedule), 14)
+    exact(per_rank[:4], A)
+    exact(per_rank[4:9], B)
+    exact(per_rank[9:], [1, 1, 1])
+    assert union(run(ranks(1), 4)) == union(whole[:4])  # before the first scheduled step
+
+
+def test_a_resume_continues_a_schedule_on_another_world_size() -> None:
+    schedule = [(5, B)]
+    whole = union(run(ranks(2, schedule=schedule), 12))
+    for crash in (3, 5, 8):
+        first = ranks(2, schedule=schedule)
+        assert union(run(first, crash)) == whole[:crash]
+        state = json.loads(json.dumps(first[0].state_dict()))
+        assert state["phases"] == [[0, ["3/5", "3/10", "1/10"]], [5, ["1/5", "1/2", "3/10"]]]
+        for kw in ({"schedule": schedule}, {"weights": None}):  # None: the saved phases
+            resumed = ranks(3, **({"weights": A} | kw))
+            for dl in resumed:
+                dl.load_state_dict(state)
+            assert union(run(resumed, 12 - crash)) == whole[crash:]
+
+
+def test_a_resume_replaces_future_phases_and_refuses_to_rewrite_past_ones() -> None:
+    first = ranks(1, schedule=[(3, B), (8, A)])
+    run(first, 5)
+    state = first[0].state_dict()
+    later = ranks(2, schedule=[(3, B), (6, [1, 1, 1])])  # the phase at 8 replaced
+    for dl in later:
+        dl.load_state_dict(state)
+    steps = run(later, 6)
+    exact(steps[1:], [1, 1, 1])  # from step 6 on
+    assert later[0].state_dict()["phases"][1:] == [[3, ["1/5", "1/2", "3/10"]], [6, ["1/3"] * 3]]
+    for schedule, step in (([(2, B)], 2), ([(3, [1, 1, 1])], 3), ([(4, B)], 4)):
+        with pytest.raises(ValueError, match=f"schedule entry 0 \\(global step {step}.*past"):
+            ranks(1, schedule=schedule)[0].load_state_dict(state)
+
+
+def test_new_weights_at_a_resume_start_a_phase_the_same_ones_continue() -> None:
+    whole = union(run(ranks(1), 9))
+    first = ranks(2)
+    run(first, 4)
+    state = first[0].state_dict()
+    same = ranks(3, weights=[Fraction(3, 5), 0.3, 0.1])  # the weights in force, spelled otherwise
+    for dl in same:
+        dl.load_state_dict(state)
+    assert union(run(same, 5)) == whole[4:]
+    other = ranks(3, weights=B)
+    for dl in other:
+        dl.load_state_dict(state)
+    exact(run(other, 5), B)
+    assert other[0].state_dict()["phases"] == [
+        [0, ["3/5", "3/10", "1/10"]],
+        [4, ["1/5", "1/2", "3/10"]],
+    ]
+
+
+def test_linear_ramp_writes_phases() -> None:
+    ramp = linear_ramp(10, 20, [1, 0], [0, 1], phases=4)
+    assert ramp == [
+        (10, [1, 0]),
+        (12, [Fraction(3, 4), Fraction(1, 4)]),
+        (15, [Fraction(1, 2), Fraction(1, 2)]),
+        (17, [Fraction(1, 4), Fraction(3, 4)]),
+        (20, [0, 1]),
+    ]
+    assert linear_ramp(0, 3, [1, 1], [1, 3], phases=3)[0][0] == 1  # step 0 is weights=
+    assert len(linear_ramp(0, 4, [1, 1], [1, 3])) == 4 and len(linear_ramp(0, 99, A, B)) == 10
+    dls = ranks(2, schedule=linear_ramp(2, 8, A, B, phases=3))
+    steps = run(dls, 10)
+    exact(steps[2:4], A)
+    exact(steps[4:6], [14, 11, 5])  # a third of the way: 6:3:1 + (2:5:3 - 6:3:1) / 3
+    exact(steps[6:8], [10, 13, 7])
+    exact(steps[8:], B)
+    for bad, match in (
+        ({"phases": 0}, "phases"),
+        ({"end_step": 2}, "end_step"),
+        ({"to_weights": [1, 2]}, "to_weights"),
+    ):
+        args = {"start_step": 2, "end_step": 8, "from_weights": A, "to_weights": B, "phases": 3}
+        args |= bad
+        with pytest.raises(ValueError, match=match):
+            linear_ramp(**args)
+
+
+def test_bad_schedules_say_what_to_fix() -> None:
+    for schedule, error, match in (
+        ([(0, B)], ValueError, "schedule\\[0\\] global step"),
+        ([(5, B), (5, A)], ValueError, "increasing"),
+        ([(5, [1, 2])], ValueError, "schedule\\[0\\] weights has 2 entries"),
+        ([5], TypeError, "pair"),
+        ("x", TypeError, "schedule must be a list"),
+    ):
+        with pytest.raises(error, match=match):
+            ranks(1, schedule=schedule)
+
+
+def test_set_weights_equals_the_same_schedule_and_resumes_on_any_world_size() -> None:
+    scheduled = union(run(ranks(1, schedule=[(4, B)]), 12))
+    online = ranks(2)
+    assert union(run(online, 12, calls={2: (B, 4)})) == scheduled
+    first = ranks(2)
+    steps = run(first, 6, calls={1: (B, 4)})
+    assert union(steps) == scheduled[:6]
+    state = json.loads(json.dumps(first[0].state_dict()))
+    assert state["phases"][-1] == [4, ["1/5", "1/2", "3/10"]]
+    for weights in (None, B):  # the weights in force, or None: the phase continues exactly
+        resumed = ranks(3, weights=weights)
+        for dl in resumed:
+            dl.load_state_dict(state)
+        calls = {6: (B, 4)}  # calling it again after the resume changes nothing
+        assert union(run(resumed, 6, calls=calls)) == scheduled[6:]
+
+
+def test_set_weights_refuses_a_past_or_read_ahead_step_and_bad_input() -> None:
+    dl = ranks(1)[0]
+    it = iter(dl)
+    next(it)
+    next(it)
+    with pytest.raises(ValueError, match=r"at_step=1.*at or after"):
+        dl.set_weights(B, at_step=1)
+    ahead = StreamingDataLoader(ranks(1)[0].streaming_dataset, global_batch_size=G)
+    it = iter(ahead)  # reads_in_flight: the read-ahead threads take the next steps early
+    next(it)
+    reached = ahead.streaming_dataset.progress.read_ahead_to()
+    assert reached > ahead.global_step + 1
+    with pytest.raises(ValueError, match=f"at least {reached}"):
+        ahead.set_weights(B, at_step=ahead.global_step + 1)
+    ahead.set_weights(B, at_step=reached)  # beyond the read-ahead: taken
+    with pytest.raises(ValueError, match="one each"):
+        dl.set_weights([1, 2], at_step=10)
+    with pytest.raises(TypeError, match="at_step"):
+        dl.set_weights(B, at_step=2.5)
+    single = StreamingDataLoader(StreamingDataset(pa.table({"id": [1, 2]}), num_splits=1))
+    with pytest.raises(TypeError, match="MixedDataset"):
+        single.set_weights(B, at_step=3)
+
+
+def test_weights_none_at_a_resume_adopts_a_saved_weight_of_zero() -> None:
+    """Issue 24 item 11: `weights=None` adopts the saved weights, a 0 among them (the saved
+    epoch rule with them: by size, the first dataset's pass would end the epoch)."""
+    whole = union(run(ranks(1, weights=[0, 1, 1]), 9))
+    first = ranks(2, weights=[0, 1, 1])
+    run(first, 4)
+    state = first[0].state_dict()
+    resumed = ranks(3, weights=None)
+    for dl in resumed:
+        dl.load_state_dict(state)
+    assert len(resumed[0]) == len(first[0])
+    assert union(run(resumed, 5)) == whole[4:]
