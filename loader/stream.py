@@ -83,8 +83,14 @@ def task_order_indices(task: BatchTask, rows_per_split: int) -> NDArray[np.int64
     for n in task.run_counts:
         runs = task.runs[first : first + n]
         first += n
-        parts.append(_runs_order(runs[:, 0], runs[:, 1], runs[:, 2], rows_per_split))
+        parts.append(runs_order_indices((runs[:, 0], runs[:, 1], runs[:, 2]), rows_per_split))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def runs_order_indices(runs: Runs, rows_per_split: int) -> NDArray[np.int64]:
+    """Indices into the epoch order (split * L + level) of one batch's runs, in the order
+    the stream walks them (by level, then split)."""
+    return _runs_order(runs[0], runs[1], runs[2], rows_per_split)
 
 
 class RankStream:

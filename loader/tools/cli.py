@@ -112,7 +112,9 @@ def _rows_parser(sub: Any) -> None:
         "--id-column", default=None, help="also print this column (reads just step T's rows)"
     )
     rows.add_argument(
-        "--source", default=None, help="the table to read ids from (default: the checkpoint's)"
+        "--source",
+        default=None,
+        help="the table to read ids from (default: the checkpoint's); a mixture's: NAME=URI,...",
     )
     rows.add_argument(
         "--global-batch", type=_count(1), default=None, help="G (plan; old checkpoints)"
@@ -187,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
     if args.command == "rows":
-        from loader.tools.rows import print_rows
+        from loader.tools.rows_cli import print_rows
 
         return print_rows(args)
     return _dashboard(args.args)
