@@ -18,7 +18,7 @@ import pytest
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint, rows_at_step
 from loader.tools import cli
 from loader.tools.rows import MixRun, RunPosition
-from tests.batches import step_together
+from tests.batches import step_through_epochs, step_together
 
 SIZES = {"web": 300, "code": 120, "math": 60}  # rows; ids of dataset k start at k * 10_000
 SPLITS = {"web": 4, "code": 2, "math": 3}
@@ -45,21 +45,6 @@ def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingD
         }
         out.append(StreamingDataLoader(MixedDataset(parts, WEIGHTS, **mix), global_batch_size=g))
     return out
-
-
-def _steps(ranks: list[Any], steps: int) -> list[list[Any]]:
-    """`steps` batches of every rank's loader, rank by rank each step, epoch after epoch (a
-    new `for` over a loader as its epoch ends, as a training loop does)."""
-    running = [iter(dl) for dl in ranks]
-    got: list[list[Any]] = [[] for _ in ranks]
-    for _ in range(steps):
-        for rank, dl in enumerate(ranks):
-            batch = next(running[rank], None)
-            if batch is None:
-                running[rank] = iter(dl)
-                batch = next(running[rank])
-            got[rank].append(batch)
-    return got
 
 
 def _step_rows(batches: list[list[Any]], t: int) -> tuple[list[int], list[int], list[int]]:
@@ -94,7 +79,7 @@ def test_a_mixtures_steps_equal_what_its_loaders_handed_out(
     first = step_together(loaders, 4)
     state = loaders[0].state_dict()
     assert isinstance(RunPosition.from_state(state), MixRun)  # one entry for every state
-    rest = _steps(_resumed(db, world, 30, state, seed=seed), 40)
+    rest = step_through_epochs(_resumed(db, world, 30, state, seed=seed), 40)
     batches = [a + b for a, b in zip(first, rest, strict=True)]
     run = RunPosition.from_state(state)
     _assert_answers(run, batches, range(44))
@@ -215,7 +200,7 @@ def test_packed_blocks_are_the_documents_and_tokens_the_ledger_names(
     first = step_together(loaders, 2)
     state = loaders[0].state_dict()
     steps = len(loaders[0]) + 3  # the rest of epoch 0 and into epoch 1
-    rest = _steps(_packed_resumed(table, world, state), steps - 2)
+    rest = step_through_epochs(_packed_resumed(table, world, state), steps - 2)
     batches = [a + b for a, b in zip(first, rest, strict=True)]
     checkpoint.save(state, tmp_path / "packed")
     run = RunPosition.from_state(checkpoint.load(tmp_path / "packed"))
