@@ -3,8 +3,10 @@ default read size, which torch arguments it takes, and the tasks still to read."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from loader import args
@@ -114,6 +116,43 @@ def schedule_of(
             f"of num_splits={splits}, as each G of the schedule"
         )
     return tuple(out)
+
+
+def rampup_schedule(
+    start: int, increment: int, ramp_samples: int, global_batch_size: int
+) -> list[tuple[int, int]]:
+    """Megatron's `--rampup-batch-size START INCREMENT RAMP_SAMPLES` with
+    `--global-batch-size GBS` as a `batch_schedule` (pass `global_batch_size=START`).
+
+    Megatron sizes each step from the samples consumed before it: GBS once they exceed
+    RAMP_SAMPLES, else START + INCREMENT * floor(consumed / (RAMP_SAMPLES / increments)),
+    increments = (GBS - START) // INCREMENT. This is that rule in exact arithmetic, one
+    stage at a time (O(increments), not O(steps)).
+    """
+    start = args.integer("start", start, 1)
+    increment = args.integer("increment", increment, 1)
+    ramp_samples = args.integer("ramp_samples", ramp_samples, 1)
+    gbs = args.integer("global_batch_size", global_batch_size, start)
+    increments = (gbs - start) // increment
+    if increments == 0:
+        return []
+    per = Fraction(ramp_samples, increments)  # samples per increment
+
+    def size(consumed: int) -> int:
+        if consumed > ramp_samples:
+            return gbs
+        return start + int(consumed / per) * increment if per else gbs
+
+    out: list[tuple[int, int]] = []
+    step, consumed, rows = 0, 0, start
+    while rows != gbs:
+        next_at = (int(consumed / per) + 1) * per  # consumed samples of the next increment
+        steps = min(math.ceil((next_at - consumed) / rows), (ramp_samples - consumed) // rows + 1)
+        step, consumed = step + steps, consumed + steps * rows
+        if size(consumed) != rows:
+            rows = size(consumed)
+            out.append((step, rows))
+    return out
 
 
 def _fixed_batching(

@@ -5,15 +5,16 @@ a state taken mid-ramp resumes on another W (and worker count) exactly."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loader import StreamingDataLoader, StreamingDataset
+from loader import StreamingDataLoader, StreamingDataset, rampup_schedule
 from loader.stream import Batching, rank_stream, task_order_indices
 
 
@@ -22,8 +23,8 @@ def ramps(draw: st.DrawFn, max_rows: int = 400) -> dict[str, Any]:
     """A plan (N, S), a ramp of G's (multiples of S, rising steps) and two world sizes
     W, W' <= the smallest G."""
     splits = draw(st.integers(1, 5))
-    n = draw(st.integers(splits * 4, max_rows))
     sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4))  # G / S per phase
+    n = draw(st.integers(2 * max(sizes) * splits, max_rows))  # an epoch of two steps or more
     steps = sorted(
         draw(st.sets(st.integers(1, 40), min_size=len(sizes) - 1, max_size=len(sizes) - 1))
     )
@@ -116,6 +117,11 @@ def _run(
 
 @settings(max_examples=10, deadline=None)
 @given(job=ramps(max_rows=160), crash=st.integers(0, 30), workers=st.sampled_from([0, 0, 2]))
+@example(  # a ramp 12 -> 24 -> 48 on S=4, stopped mid-ramp on 3 ranks, resumed on 4 with workers
+    job={"n": 150, "splits": 4, "g0": 12, "schedule": [(3, 24), (5, 48)], "worlds": (3, 4)},
+    crash=4,
+    workers=2,
+)
 def test_a_ramp_resumed_mid_way_on_another_world_size(
     job: dict[str, Any], crash: int, workers: int
 ) -> None:
@@ -181,3 +187,44 @@ def test_the_state_and_len_of_a_ramp() -> None:
     state = dl.state_dict()
     assert state["global_batch_size"] == 16
     assert state["batch_schedule"] == [[0, 8], [3, 16], [6, 32]]
+
+
+def _megatron_twin(start: int, increment: int, ramp: int, gbs: int) -> list[tuple[int, int]]:
+    """Megatron's rule step by step: each step's G from the samples consumed before it."""
+    per = Fraction(ramp, (gbs - start) // increment)
+    out, consumed, step, rows = [], 0, 0, start
+    while rows != gbs:
+        consumed, step = consumed + rows, step + 1
+        now = gbs if consumed > ramp else start + int(consumed / per) * increment
+        if now != rows:
+            out.append((step, now))
+            rows = now
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(1, 64),
+    increment=st.integers(1, 64),
+    increments=st.integers(1, 12),
+    ramp=st.integers(1, 20_000),
+)
+def test_rampup_schedule_is_megatrons_rule(
+    start: int, increment: int, increments: int, ramp: int
+) -> None:
+    gbs = start + increment * increments
+    assert rampup_schedule(start, increment, ramp, gbs) == _megatron_twin(
+        start, increment, ramp, gbs
+    )
+
+
+def test_a_megatron_ramp_through_the_loader() -> None:
+    """--rampup-batch-size 8 8 96 --global-batch-size 32 on S=4: G rises 8, 16, 24, 32."""
+    schedule = rampup_schedule(8, 8, 96, 32)
+    assert schedule == [(4, 16), (6, 24), (8, 32)]  # 32 a stage: at 32, 64, then > 96
+    table = pa.table({"id": np.arange(400, dtype=np.int64)})
+    dl = StreamingDataLoader(
+        StreamingDataset(table, ["id"], num_splits=4), global_batch_size=8, batch_schedule=schedule
+    )
+    sizes = [len(batch["id"]) for batch in dl]
+    assert sizes[:9] == [8] * 4 + [16] * 2 + [24] * 2 + [32] and sum(sizes) == 400
