@@ -245,3 +245,49 @@ def test_the_cli_prints_a_packed_steps_documents(
     assert all("[" in line.split("\t")[2] for line in out[2:])
     assert cli.main(["rows", str(tmp_path / "p"), "--step", "0", "--id-column", "x"]) == 2
     assert "packed run" in capsys.readouterr().err
+
+
+def test_a_batch_ramp_resized_mid_way(db: Any, tmp_path: Path, capsys: Any) -> None:
+    """G 8 -> 16 -> 32 on S=4, saved after 4 steps on W=2, resumed on W=3: the later state
+    answers every step of the ramp (the earlier ones as the same rows), into epoch 1, and
+    the CLI's `plan` with --batch-schedule the run that never stopped."""
+    ramp = [(3, 16), (6, 32)]
+
+    def loaders(world: int) -> list[Any]:
+        return [
+            StreamingDataLoader(
+                StreamingDataset(
+                    db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=world
+                ),
+                global_batch_size=8,
+                batch_schedule=ramp,
+            )
+            for r in range(world)
+        ]
+
+    two = loaders(2)
+    before = step_together(two, 4)
+    three = loaders(3)
+    for dl in three:
+        dl.load_state_dict(two[0].state_dict())
+    after = step_through_epochs(three, 8)  # steps 4 ... 11 (300 rows: 3x8 + 3x16 + 7x32 + 4)
+    run = RunPosition.from_state(three[0].state_dict())
+    for t in range(4):
+        ids = sorted(i for mine in before for i in mine[t]["id"].tolist())
+        found = rows_at_step(run, t, id_column="id")
+        assert sorted(found.ids or []) == ids and found.global_batch_size == len(ids)
+    for t in range(8):
+        ids = [i for mine in after for i in mine[t]["id"].tolist()]
+        assert rows_at_step(run, 4 + t, id_column="id").ids == ids, t
+    assert [rows_at_step(run, t).global_batch_size for t in (2, 3, 6, 12, 13)] == [8, 16, 32, 32, 4]
+    assert rows_at_step(run, 14).epoch == 1
+    plan = ["rows", "plan", "--step", "5", "--rows", "300", "--num-splits", "4"]
+    plan += ["--world-size", "2", "--global-batch", "8", "--batch-schedule", "3:16,6:32"]
+    assert cli.main([*plan, "--seed", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "G = 16; 16 rows" in lines[0]
+    step_5 = sorted(i for mine in after for i in mine[1]["id"].tolist())
+    assert sorted(int(line.split("\t")[1]) for line in lines[2:]) == step_5  # web: id = position
+    with pytest.raises(SystemExit):  # argparse: exit status 2 and the usage
+        cli.main([*plan[:-1], "6:x"])
+    assert "'x' is not a number" in capsys.readouterr().err

@@ -47,6 +47,17 @@ def _storage_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def _schedule(text: str) -> tuple[tuple[int, int], ...]:
+    """`3:16,6:32` -> ((3, 16), (6, 32)): a batch schedule's (global step, G) pairs."""
+    parse, out = _count(1), []
+    for part in text.replace(" ", "").split(","):
+        step, sep, rows = part.partition(":")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r} is not STEP:G")
+        out.append((parse(step), parse(rows)))
+    return tuple(out)
+
+
 def _mix_spec(text: str) -> object:
     from loader.tools.mixplanner import parse_spec  # imported only when a mixture is planned
 
@@ -129,6 +140,13 @@ def _rows_parser(sub: Any) -> None:
     plan.add_argument("--world-size", type=_count(1), default=None, help="W")
     plan.add_argument("--epoch", type=_count(0), default=0, help="the epoch the run began with")
     plan.add_argument("--drop-last", action="store_true", help="drop_last=True")
+    plan.add_argument(
+        "--batch-schedule",
+        type=_schedule,
+        default=(),
+        metavar="STEP:G,...",
+        help="the run's batch_schedule (G from global step STEP on; --global-batch before)",
+    )
     plan.add_argument("--filter", default=None, help="the dataset's filter (with --id-column)")
     _storage_arg(rows)
 

@@ -102,7 +102,7 @@ class RunPosition:
         run = cls(
             spec,
             int(state[st.KEY_WORLD_SIZE]),
-            Batching(None, bool(plan.get("drop_last", False)), batch),
+            _batching(state, bool(plan.get("drop_last", False)), batch),
             int(state[st.KEY_EPOCH]),
             tuple(state[st.KEY_CURSORS]),
             step,
@@ -131,10 +131,22 @@ class RunPosition:
             return self.spec.rows_per_split
         return int(self.packing.blocks_per_split(epoch))
 
-    def stream(self, epoch: int, cursors: tuple[int, ...], rank: int) -> RankStream:
-        """Rank `rank`'s batches of `epoch` from `cursors`: what its loader yields."""
+    def stream(
+        self, epoch: int, cursors: tuple[int, ...], rank: int, first_step: int
+    ) -> RankStream:
+        """Rank `rank`'s batches of `epoch` from `cursors`, the first at global step
+        `first_step` (a batch schedule is counted in global steps): what its loader yields."""
         length = self.units(epoch)
-        return rank_stream(epoch, cursors, length, rank, self.world_size, self.batching)
+        return rank_stream(epoch, cursors, length, rank, self.world_size, self.batching, first_step)
+
+
+def _batching(state: dict[str, Any], drop_last: bool, batch: int) -> Batching:
+    """A state's batching: its G, or its batch schedule ([[0, G0], [step, G], ...])."""
+    schedule = state.get(st.KEY_BATCH_SCHEDULE)
+    if not schedule:
+        return Batching(None, drop_last, batch)
+    changes = tuple((int(at), int(g)) for at, g in schedule[1:])
+    return Batching(None, drop_last, int(schedule[0][1]), changes)
 
 
 def rows_at_step(
@@ -170,14 +182,15 @@ def rows_at_step(
         return mixture_rows(
             run, step, rank, id_column=id_column, source=source, storage_options=storage_options
         )
-    epoch, start, index, done = _locate(run, step)
-    g = run.batching.global_rows(run.world_size)
+    at = _locate(run, step)
+    epoch, index, done = at.epoch, at.index, at.done
+    g = run.stream(epoch, at.start, 0, at.first_step).global_rows(index)
     if in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, epoch, done + index, run.world_size, g, id_column)
     order = run.spec.epoch(epoch)
     positions, ranks, documents = [], [], []
     for r in range(run.world_size) if rank is None else (rank,):
-        task = run.stream(epoch, start, r).task(index)
+        task = run.stream(epoch, at.start, r, at.first_step).task(index)
         idx = task_order_indices(task, run.units(epoch))
         if run.packing is None:
             positions.append(order.order(idx))
@@ -214,33 +227,44 @@ def rows_at_step(
     return replace(found, table_positions=table, ids=ids, id_column=id_column)
 
 
-def _locate(run: RunPosition, step: int) -> tuple[int, tuple[int, ...], int, int]:
-    """(epoch, cursors its stream starts from, batch index in that stream, steps of the
-    epoch before that stream) of `step`."""
+@dataclass(frozen=True)
+class _Found:
+    """Where a step lies: its epoch, the cursors and global step its stream starts from,
+    its batch index in that stream, and the steps of the epoch before that stream."""
+
+    epoch: int
+    start: tuple[int, ...]
+    first_step: int
+    index: int
+    done: int
+
+
+def _locate(run: RunPosition, step: int) -> _Found:
     zeros = (0,) * run.spec.num_splits
     cursors = zeros if run.cursors is None else run.cursors
     if step < run.global_step:
         return _in_epoch_so_far(run, step, cursors)
-    epoch, left = run.epoch, step - run.global_step
+    epoch, left, first = run.epoch, step - run.global_step, run.global_step
     done = run.step
     if all(c == run.units(epoch) for c in cursors):  # a finished epoch: the next one
         epoch, cursors, done = epoch + 1, zeros, 0
-    here = run.stream(epoch, cursors, 0).num_batches
+    here = run.stream(epoch, cursors, 0, first).num_batches
     if left < here:
-        return epoch, cursors, left, done
-    left -= here
-    if run.packing is None:  # every epoch of rows has the same steps
-        per_epoch = run.stream(epoch + 1, zeros, 0).num_batches
+        return _Found(epoch, cursors, first, left, done)
+    left, first = left - here, first + here
+    if run.packing is None and not run.batching.schedule:  # every epoch has the same steps
+        per_epoch = run.stream(epoch + 1, zeros, 0, first).num_batches
         if per_epoch == 0:
             raise ValueError(_never(run, step))
-        return epoch + 1 + left // per_epoch, zeros, left % per_epoch, 0
+        epochs, index = divmod(left, per_epoch)
+        return _Found(epoch + 1 + epochs, zeros, first + epochs * per_epoch, index, 0)
     empty = 0
-    while empty < EMPTY_EPOCHS:  # a packed epoch's blocks depend on its order: one by one
+    while empty < EMPTY_EPOCHS:  # packed blocks or a batch ramp: epoch by epoch
         epoch += 1
-        here = run.stream(epoch, zeros, 0).num_batches
+        here = run.stream(epoch, zeros, 0, first).num_batches
         if left < here:
-            return epoch, zeros, left, 0
-        left -= here
+            return _Found(epoch, zeros, first, left, 0)
+        left, first = left - here, first + here
         empty = empty + 1 if here == 0 else 0
     raise ValueError(_never(run, step))
 
@@ -252,9 +276,7 @@ def _never(run: RunPosition, step: int) -> str:
     )
 
 
-def _in_epoch_so_far(
-    run: RunPosition, step: int, cursors: tuple[int, ...]
-) -> tuple[int, tuple[int, ...], int, int]:
+def _in_epoch_so_far(run: RunPosition, step: int, cursors: tuple[int, ...]) -> _Found:
     """An earlier step of the position's epoch, recomputed from the epoch's start."""
     first = run.global_step - run.step  # the global step of the epoch's first batch
     if step < first:
@@ -263,7 +285,7 @@ def _in_epoch_so_far(
             "ask a checkpoint of that epoch (or pass the plan arguments with its --epoch)"
         )
     zeros = (0,) * run.spec.num_splits
-    if tuple(run.stream(run.epoch, zeros, 0).cursors_after(run.step)) != tuple(cursors):
+    if tuple(run.stream(run.epoch, zeros, 0, first).cursors_after(run.step)) != tuple(cursors):
         raise ValueError(
             f"the state's cursors are not where {run.step} steps of "
             f"G={run.batching.global_rows(run.world_size)} rows from the start of epoch "
@@ -271,4 +293,4 @@ def _in_epoch_so_far(
             f"epoch): its earlier steps cannot be computed from this state; steps from "
             f"{run.global_step} on can"
         )
-    return run.epoch, zeros, step - first, 0
+    return _Found(run.epoch, zeros, first, step - first, 0)

@@ -113,7 +113,7 @@ def position_from_args(args: Any) -> RunPosition | MixRun:
     if missing:
         raise ValueError(f"`plan` needs {', '.join(missing)} (the run's N, S, W and G)")
     spec = PlanSpec(args.rows, args.num_splits, not args.no_shuffle, args.seed, args.clump)
-    batching = Batching(None, args.drop_last, args.global_batch)
+    batching = Batching(None, args.drop_last, args.global_batch, tuple(args.batch_schedule))
     source = None if args.source is None else {"uri": args.source}
     return RunPosition(spec, args.world_size, batching, args.epoch, None, 0, 0, args.filter, source)
 
