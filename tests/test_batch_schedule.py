@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loader import StreamingDataLoader, StreamingDataset, rampup_schedule
+from loader import MixedDataset, StreamingDataLoader, StreamingDataset, rampup_schedule
 from loader.stream import Batching, rank_stream, task_order_indices
 
 
@@ -173,6 +173,12 @@ def test_bad_schedules_name_the_argument() -> None:
     one = StreamingDataset(table, ["id"], num_splits=4, rank=0, world_size=5)
     with pytest.raises(ValueError, match="world_size=5 is more than the global batch G=4"):
         StreamingDataLoader(one, global_batch_size=8, batch_schedule=[(2, 4)])
+    alone = StreamingDataset(table, ["id"], num_splits=4)
+    with pytest.raises(ValueError, match="batch_schedule with in_order=False"):
+        StreamingDataLoader(alone, global_batch_size=8, batch_schedule=[(2, 4)], in_order=False)
+    mix = MixedDataset([StreamingDataset(table, ["id"], num_splits=4)])
+    with pytest.raises(ValueError, match="batch_schedule with a MixedDataset is not supported"):
+        StreamingDataLoader(mix, global_batch_size=8, batch_schedule=[(2, 16)])
 
 
 def test_the_state_and_len_of_a_ramp() -> None:
