@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loader import checkpoint
+    from loader.batching import rampup_schedule
     from loader.dataloader import StreamingDataLoader
     from loader.dataset import StreamingDataset
     from loader.layout import check_world_size, owned_splits, supported_world_sizes
@@ -39,6 +40,7 @@ _EXPORTS = {
     "derive_packed_fields": "loader.packed_batch",
     "linear_ramp": "loader.mixture.weights",
     "owned_splits": "loader.layout",
+    "rampup_schedule": "loader.batching",
     "rows_at_step": "loader.tools.rows",
     "supported_world_sizes": "loader.layout",
 }
@@ -59,6 +61,7 @@ __all__ = [
     "derive_packed_fields",
     "linear_ramp",
     "owned_splits",
+    "rampup_schedule",
     "rows_at_step",
     "supported_world_sizes",
 ]

@@ -3,7 +3,10 @@ default read size, which torch arguments it takes, and the tasks still to read."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from loader import args
@@ -59,9 +62,105 @@ def batching_of(
     batch_size: int | None,
     global_batch_size: int | None,
     drop_last: bool,
+    batch_schedule: Any = None,
 ) -> Batching:
     """The loader's batching from batch_size (per rank) or global_batch_size (G), checked
-    against the dataset's layout (`loader.layout` says which world sizes fit)."""
+    against the dataset's layout (`loader.layout` says which world sizes fit), and its
+    batch-size schedule."""
+    batching = _fixed_batching(dataset, batch_size, global_batch_size, drop_last)
+    if batch_schedule is None:
+        return batching
+    return replace(batching, schedule=schedule_of(dataset, batching, batch_schedule))
+
+
+def schedule_of(
+    dataset: Readable, batching: Batching, batch_schedule: Any
+) -> tuple[tuple[int, int], ...]:
+    """`batch_schedule=[(global_step, G), ...]` checked: steps rising from 1, each G a
+    multiple of S that W ranks can read (as `global_batch_size`, which is G before the
+    first step given)."""
+    if isinstance(dataset, MixedDataset):
+        raise ValueError(
+            "batch_schedule with a MixedDataset is not supported yet: give the mixture one "
+            "global_batch_size (a resume may change it)"
+        )
+    if batching.global_batch is None:
+        raise ValueError(
+            "batch_schedule needs global_batch_size (G before the first step of the schedule, "
+            "a multiple of num_splits), not batch_size"
+        )
+    if isinstance(batch_schedule, str | bytes | dict) or not isinstance(batch_schedule, Sequence):
+        raise TypeError(
+            f"batch_schedule must be a list of (global_step, global_batch_size) pairs, got "
+            f"{type(batch_schedule).__name__}"
+        )
+    out: list[tuple[int, int]] = []
+    splits = dataset.num_splits
+    for i, item in enumerate(batch_schedule):
+        name = f"batch_schedule[{i}]"
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:
+            raise TypeError(f"{name} must be a (global_step, global_batch_size) pair, got {item!r}")
+        step = args.integer(f"{name}'s global_step", item[0], out[-1][0] + 1 if out else 1)
+        rows = args.integer(f"{name}'s global_batch_size", item[1], 1)
+        if rows % splits:
+            raise ValueError(
+                f"{name} = ({step}, {rows}): each global_batch_size of a schedule must be a "
+                f"multiple of num_splits={splits} (e.g. {splits * max(1, rows // splits)}), so "
+                f"step t is the same rows on every world size"
+            )
+        check_fits(dataset, dataset.world_size, rows)
+        out.append((step, rows))
+    if batching.global_batch % splits:
+        raise ValueError(
+            f"global_batch_size={batching.global_batch} with batch_schedule must be a multiple "
+            f"of num_splits={splits}, as each G of the schedule"
+        )
+    return tuple(out)
+
+
+def rampup_schedule(
+    start: int, increment: int, ramp_samples: int, global_batch_size: int
+) -> list[tuple[int, int]]:
+    """Megatron's `--rampup-batch-size START INCREMENT RAMP_SAMPLES` with
+    `--global-batch-size GBS` as a `batch_schedule` (pass `global_batch_size=START`).
+
+    Megatron sizes each step from the samples consumed before it: GBS once they exceed
+    RAMP_SAMPLES, else START + INCREMENT * floor(consumed / (RAMP_SAMPLES / increments)),
+    increments = (GBS - START) // INCREMENT. This is that rule in exact arithmetic, one
+    stage at a time (O(increments), not O(steps)).
+    """
+    start = args.integer("start", start, 1)
+    increment = args.integer("increment", increment, 1)
+    ramp_samples = args.integer("ramp_samples", ramp_samples, 1)
+    gbs = args.integer("global_batch_size", global_batch_size, start)
+    increments = (gbs - start) // increment
+    if increments == 0:
+        return []
+    per = Fraction(ramp_samples, increments)  # samples per increment
+
+    def size(consumed: int) -> int:
+        if consumed > ramp_samples:
+            return gbs
+        return start + int(consumed / per) * increment if per else gbs
+
+    out: list[tuple[int, int]] = []
+    step, consumed, rows = 0, 0, start
+    while rows != gbs:
+        next_at = (int(consumed / per) + 1) * per  # consumed samples of the next increment
+        steps = min(math.ceil((next_at - consumed) / rows), (ramp_samples - consumed) // rows + 1)
+        step, consumed = step + steps, consumed + steps * rows
+        if size(consumed) != rows:
+            rows = size(consumed)
+            out.append((step, rows))
+    return out
+
+
+def _fixed_batching(
+    dataset: Readable,
+    batch_size: int | None,
+    global_batch_size: int | None,
+    drop_last: bool,
+) -> Batching:
     drop_last = args.boolean("drop_last", drop_last)
     world = dataset.world_size
     if global_batch_size is None:

@@ -136,6 +136,12 @@ class StreamingDataLoader(DataLoader[Any]):
             with G a multiple of num_splits any world size up to G works (rank r takes
             rows [r*G//W, (r+1)*G//W) of each step, so per-rank batches differ by at most
             one where W does not divide G; `loss_scale` makes the gradient exact).
+        batch_schedule: a batch-size ramp (Megatron's `--rampup-batch-size`), with
+            global_batch_size: `[(global_step, G), ...]`, G from that global step on (steps
+            rising, each G a multiple of num_splits, W <= every G). Step t is the next G(t)
+            rows of the epoch, so it is the same rows on every W and every row comes once;
+            `loss_scale`, `len()` and `global_batch_size` follow the schedule, and a state
+            resumes mid-ramp on any W (the resuming loader's schedule applies from there).
         num_workers: worker processes; they change nothing in what is yielded.
         drop_last: drop this epoch's final short batch.
         shuffle: as LitData: turns the dataset's shuffling on (or off) while nothing has
@@ -186,6 +192,7 @@ class StreamingDataLoader(DataLoader[Any]):
         drop_last: bool = False,
         *,
         global_batch_size: int | None = None,
+        batch_schedule: Sequence[tuple[int, int]] | None = None,
         shuffle: bool | None = None,
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         telemetry: str | None = None,
@@ -208,7 +215,11 @@ class StreamingDataLoader(DataLoader[Any]):
         shuffle = batching.check_torch_kwargs(dataset, shuffle, kwargs)
         num_workers = args.integer("num_workers", num_workers, 0)
         self.streaming_dataset = dataset
-        self._batching = batching.batching_of(dataset, batch_size, global_batch_size, drop_last)
+        self._batching = batching.batching_of(
+            dataset, batch_size, global_batch_size, drop_last, batch_schedule
+        )
+        if self._batching.schedule and kwargs.get("in_order", True) is not True:
+            raise ValueError("batch_schedule with in_order=False: keep in_order=True")
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
@@ -258,8 +269,8 @@ class StreamingDataLoader(DataLoader[Any]):
 
     @property
     def global_batch_size(self) -> int:
-        """G: rows of one full step on all ranks."""
-        return self._batching.global_rows(self.streaming_dataset.world_size)
+        """G: rows of one full step on all ranks (with a batch_schedule, of the next step)."""
+        return self._batching.rows_at(self.global_step, self.streaming_dataset.world_size)
 
     @property
     def splits(self) -> range:

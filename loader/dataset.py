@@ -139,6 +139,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
                 resolved, plan = self._resolve(agreed)
         self._adopt(resolved, plan)
         self._state_loaded = False
+        self._mixture: tuple[Any, int] | None = None  # (MixedDataset, index) it belongs to
         self.progress = Progress(
             self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
         )
@@ -181,6 +182,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         the user's table handle stays with the original, which alone may re-pin."""
         state = self.__dict__.copy()
         state["_raw_source"] = None
+        state["_mixture"] = None  # a copy reads tasks; the mixture's position stays here
         return state
 
     # -- the source and the plan ------------------------------------------------------
@@ -282,7 +284,22 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
 
     @property
     def epoch(self) -> int:
-        return self.progress.epoch
+        """The epoch of the batch in hand; in a mixture, the pass its next row comes from."""
+        here = self._in_mixture()
+        return self.progress.epoch if here is None else here[0]
+
+    def join_mixture(self, mixture: Any, index: int) -> None:
+        """Be dataset `index` of `mixture`: the mixture reads this dataset's passes, so its
+        `epoch` and `len()` follow the mixture's position (also after a state is loaded)."""
+        self._mixture = (mixture, index)
+
+    def _in_mixture(self) -> tuple[int, tuple[int, ...]] | None:
+        """(pass, cursors) of this dataset in its mixture's position, or None alone."""
+        if self._mixture is None:
+            return None
+        mixture, index = self._mixture
+        at = mixture.progress.mix_position().sources[index]
+        return at.epoch, tuple(at.cursors)
 
     def plan_identity(self, drop_last: bool) -> PlanIdentity:
         return self._identity(self.plan, self.source, drop_last)
@@ -377,6 +394,12 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
     # -- rows ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        """Rows (blocks) this rank reads of the rest of the epoch; in a mixture, those of
+        the current pass not yet supplied (the mixture deals them out to all ranks)."""
+        here = self._in_mixture()
+        if here is not None:
+            epoch, cursors = here
+            return self.num_splits * self.units_per_split(epoch) - sum(cursors)
         return self.progress.peek(self.row_batching()).rows
 
     def __iter__(self) -> Iterator[Any]:

@@ -110,7 +110,7 @@ class Progress:
         w = self.world
         epoch, cursors, _ = self.position()
         length = self._units(epoch) if self._units is not None else self.rows_per_split
-        return rank_stream(epoch, cursors, length, w.rank, w.world_size, batching)
+        return rank_stream(epoch, cursors, length, w.rank, w.world_size, batching, self.global_step)
 
     def start(self, batching: Batching) -> RankStream:
         """The rest of this epoch from the current position; `record` then follows it."""
@@ -212,8 +212,9 @@ class Progress:
             st.KEY_WORLD_SIZE: self.world.world_size,
             st.KEY_STEP: step,
             st.KEY_GLOBAL_STEP: self.global_step,
-            st.KEY_GLOBAL_BATCH: batching.global_rows(self.world.world_size),
+            st.KEY_GLOBAL_BATCH: batching.rows_at(self.global_step, self.world.world_size),
             **({st.KEY_STEPS_SKIPPED: self.steps_skipped} if self.steps_skipped else {}),
+            **schedule_state(batching, self.world.world_size),
             **ahead,
         }
 
@@ -239,6 +240,15 @@ class Progress:
         else:
             self._move(epoch, cursors, step if any(cursors) else 0)
             self._loaded_ahead = ahead
+
+
+def schedule_state(batching: Batching, world_size: int) -> dict[str, Any]:
+    """A batch-size schedule as the state keeps it: [[0, G0], [step, G], ...] (for the
+    ledger and `inspect`; a resume takes the schedule its loader is given)."""
+    if not batching.schedule:
+        return {}
+    first = [0, batching.global_rows(world_size)]
+    return {st.KEY_BATCH_SCHEDULE: [first, *([at, g] for at, g in batching.schedule)]}
 
 
 def _count(value: Any, default: int = 0) -> int:

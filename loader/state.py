@@ -35,6 +35,7 @@ KEY_STEP = "step"
 KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed lack it
 KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [start, stop, units] of each range jumped
 MAX_SKIPPED_RANGES = 10_000
+KEY_BATCH_SCHEDULE = "batch_schedule"  # optional: [[0, G0], [step, G], ...] of the run
 KEY_AHEAD = "batches_ahead"  # optional (in_order=False): {"batch_size": b, "batches": [...]}
 # packed states: per split, the token offset inside the cursor's document; tokens dropped
 KEY_TOKEN_OFFSETS = "token_offsets"
@@ -126,7 +127,11 @@ def make_state(
         KEY_STEP: int(position[KEY_STEP]),
         KEY_GLOBAL_STEP: int(position[KEY_GLOBAL_STEP]),
         KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
-        **{k: position[k] for k in (KEY_STEPS_SKIPPED, KEY_AHEAD) if k in position},
+        **{
+            k: position[k]
+            for k in (KEY_STEPS_SKIPPED, KEY_AHEAD, KEY_BATCH_SCHEDULE)
+            if k in position
+        },
     }
 
 
@@ -208,8 +213,27 @@ def check_state(state: Any) -> None:
         _check_skipped_ranges(state[KEY_STEPS_SKIPPED])
     if KEY_AHEAD in state:
         _check_ahead(state[KEY_AHEAD], num_splits * rows_per_split)
+    if KEY_BATCH_SCHEDULE in state:
+        _check_schedule(state[KEY_BATCH_SCHEDULE], num_splits)
     if KEY_GLOBAL_STEP in state:  # optional: states written before it existed lack it
         check_count(KEY_GLOBAL_STEP, state[KEY_GLOBAL_STEP])
+
+
+def _check_schedule(schedule: Any, num_splits: int) -> None:
+    """[[0, G0], [step, G], ...]: steps rising from 0, each G a multiple of S."""
+    if not isinstance(schedule, list) or not schedule or len(schedule) > MAX_SKIPPED_RANGES:
+        raise StateError(KEY_BATCH_SCHEDULE, f"is {schedule!r}, expected [[0, G0], [step, G], ...]")
+    previous = -1
+    for i, item in enumerate(schedule):
+        field = f"{KEY_BATCH_SCHEDULE}[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise StateError(field, f"is {item!r}, expected [step, G]")
+        step, rows = check_count(field, item[0]), check_count(field, item[1], low=1)
+        if (i == 0 and step != 0) or step <= previous or rows % num_splits:
+            raise StateError(
+                field, f"is {item!r}: steps rise from 0 and each G is a multiple of S={num_splits}"
+            )
+        previous = step
 
 
 def _check_ahead(ahead: Any, units: int) -> None:

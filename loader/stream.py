@@ -30,13 +30,27 @@ class Batching:
     batch_size: int | None
     drop_last: bool
     global_batch: int | None = None
+    schedule: tuple[tuple[int, int], ...] = ()  # (global step, G): G from that step on
 
     def global_rows(self, world_size: int) -> int:
-        """G: the rows of one full step on all ranks."""
+        """G: the rows of one full step on all ranks (the first G of a schedule)."""
         if self.global_batch is not None:
             return self.global_batch
         assert self.batch_size is not None
         return self.batch_size * world_size
+
+    def rows_at(self, step: int, world_size: int) -> int:
+        """G of global step `step`: the schedule's latest change at or before it, else G0."""
+        rows = self.global_rows(world_size)
+        for at, scheduled in self.schedule:
+            if at > step:
+                break
+            rows = scheduled
+        return rows
+
+    def changes_after(self, step: int) -> tuple[tuple[int, int], ...]:
+        """The schedule's changes after global step `step`, as (steps after it, G)."""
+        return tuple((at - step, rows) for at, rows in self.schedule if at > step)
 
 
 ROWS = Batching(1, False)  # iterating the dataset itself: every row is a "batch" of one
@@ -83,8 +97,14 @@ def task_order_indices(task: BatchTask, rows_per_split: int) -> NDArray[np.int64
     for n in task.run_counts:
         runs = task.runs[first : first + n]
         first += n
-        parts.append(_runs_order(runs[:, 0], runs[:, 1], runs[:, 2], rows_per_split))
+        parts.append(runs_order_indices((runs[:, 0], runs[:, 1], runs[:, 2]), rows_per_split))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def runs_order_indices(runs: Runs, rows_per_split: int) -> NDArray[np.int64]:
+    """Indices into the epoch order (split * L + level) of one batch's runs, in the order
+    the stream walks them (by level, then split)."""
+    return _runs_order(runs[0], runs[1], runs[2], rows_per_split)
 
 
 class RankStream:
@@ -221,7 +241,12 @@ class SplitStream(RankStream):
 @dataclass(frozen=True)
 class StepStream(RankStream):
     """The step layout (G a multiple of S, any W <= G): step t is the next G rows of the
-    all-splits stream, laid out split-major; this rank takes its slice of every step."""
+    all-splits stream, laid out split-major; this rank takes its slice of every step.
+
+    With a batch-size schedule G changes at given steps (`changes`: (steps after this
+    stream's first, G)): the stream is cut into phases of constant G, each step still the
+    next G rows, so step t is the same rows on every W. The last step of the epoch holds
+    the rows left when fewer than its G remain (none with drop_last, or fewer than W)."""
 
     epoch: int
     start: tuple[int, ...]
@@ -230,30 +255,58 @@ class StepStream(RankStream):
     world_size: int
     global_batch: int
     drop_last: bool
+    changes: tuple[tuple[int, int], ...] = ()
     rows: int = field(init=False)
     num_batches: int = field(init=False)
     skipped: int = field(init=False)
-    _full: int = field(init=False, repr=False)  # steps of G rows
+    _full: int = field(init=False, repr=False)  # steps of a full G
     _tail: int = field(init=False, repr=False)  # rows of the short last step (0: none)
+    _phases: tuple[tuple[int, int, int], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_world_size(len(self.start), self.world_size, self.global_batch)
+        for rows in (self.global_batch, *(g for _, g in self.changes)):
+            check_world_size(len(self.start), self.world_size, rows)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"Invalid rank {self.rank} for world_size={self.world_size}")
         left = len(self.start) * self.rows_per_split - sum(self.start)
-        full, tail = divmod(left, self.global_batch)
+        phases = []  # (first step, G, rows before it)
+        index, used, rows = 0, 0, self.global_batch
+        for at, scheduled in (*self.changes, (None, 0)):
+            phases.append((index, rows, used))
+            fit = (left - used) // rows
+            if at is None or index + fit < at:
+                index, used = index + fit, used + fit * rows
+                break
+            used += (at - index) * rows
+            index, rows = at, scheduled
+        tail = left - used
         if self.drop_last or tail < self.world_size:  # a rank would get no row: drop it
             tail = 0
-        object.__setattr__(self, "_full", full)
+        object.__setattr__(self, "_phases", tuple(phases))
+        object.__setattr__(self, "_full", index)
         object.__setattr__(self, "_tail", tail)
-        object.__setattr__(self, "num_batches", full + (tail > 0))
-        object.__setattr__(self, "skipped", left - full * self.global_batch - tail)
-        rows = full * self._share(self.global_batch) + (self._share(tail) if tail else 0)
-        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "num_batches", index + (tail > 0))
+        object.__setattr__(self, "skipped", left - used - tail)
+        mine = sum(
+            (stop - first) * self._share(g)
+            for (first, g, _), stop in zip(
+                phases, [*(p[0] for p in phases[1:]), index], strict=True
+            )
+        )
+        object.__setattr__(self, "rows", mine + (self._share(tail) if tail else 0))
 
     def _share(self, count: int) -> int:
         lo, hi = slice_bounds(self.rank, self.world_size, count)
         return hi - lo
+
+    def _phase(self, index: int) -> tuple[int, int, int]:
+        """(first step, G, rows before it) of the phase holding step `index`."""
+        found = self._phases[0]
+        for phase in self._phases:
+            if phase[0] > index:
+                break
+            found = phase
+        return found
 
     @property
     def splits(self) -> range:
@@ -264,15 +317,16 @@ class StepStream(RankStream):
         return self.global_batch
 
     def global_rows(self, index: int) -> int:
-        return self.global_batch if index < self._full else self._tail
+        return self._phase(index)[1] if index < self._full else self._tail
 
     def task_rows(self, index: int) -> int:
         return self._share(self.global_rows(index))
 
     def _consumed(self, steps: int) -> int:
-        return min(steps, self._full) * self.global_batch + (
-            self._tail if steps > self._full else 0
-        )
+        if steps > self._full:
+            return self._consumed(self._full) + self._tail
+        first, rows, before = self._phase(steps)
+        return before + (steps - first) * rows
 
     def cursors_after(self, batches: int) -> list[int]:
         start = np.asarray(self.start, dtype=np.int64)
@@ -298,12 +352,22 @@ def rank_stream(
     rank: int,
     world_size: int,
     batching: Batching,
+    first_step: int = 0,
 ) -> RankStream:
-    """The stream of the layout that applies (`loader.layout`)."""
-    global_batch = batching.global_rows(world_size)
+    """The stream of the layout that applies (`loader.layout`); `first_step` is the global
+    step of its first batch (what a batch-size schedule is counted in)."""
+    global_batch = batching.rows_at(first_step, world_size)
     if uses_steps(len(start), global_batch):
+        changes = batching.changes_after(first_step)
         return StepStream(
-            epoch, start, rows_per_split, rank, world_size, global_batch, batching.drop_last
+            epoch,
+            start,
+            rows_per_split,
+            rank,
+            world_size,
+            global_batch,
+            batching.drop_last,
+            changes,
         )
     check_world_size(len(start), world_size, global_batch)
     return SplitStream(

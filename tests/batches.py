@@ -28,3 +28,18 @@ def step_together(ranks: list[Any], steps: int) -> list[list[Any]]:
     for dl in ranks:
         dl.close()
     return got
+
+
+def step_through_epochs(ranks: list[Any], steps: int) -> list[list[Any]]:
+    """`steps` batches of every rank's loader, rank by rank each step, epoch after epoch (a
+    new `for` over a loader as its epoch ends, as a training loop does); each rank's batches."""
+    running = [iter(dl) for dl in ranks]
+    got: list[list[Any]] = [[] for _ in ranks]
+    for _ in range(steps):
+        for rank, dl in enumerate(ranks):
+            batch = next(running[rank], None)
+            if batch is None:
+                running[rank] = iter(dl)
+                batch = next(running[rank])
+            got[rank].append(batch)
+    return got

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import loader.tools as tools_package
 from loader import checkpoint
 from loader.checkpoint import save
 from loader.tools.cli import main as cli_main
 from loader.tools.inspect import print_inspect
+from tests.imports import assert_no_cycle, import_graph
 from tests.test_checkpoint import make_state
 
 
@@ -82,3 +84,11 @@ def test_inspect_of_a_folder_describes_its_newest_file(
     assert print_inspect(tmp_path) == 0
     out = capsys.readouterr().out
     assert str(new) in out and "epoch         3" in out
+
+
+def test_the_tools_import_without_a_cycle() -> None:
+    """`inspect` describes a mixture through `inspect_mixture`, which must not import it
+    back: the lines both print live in the lower `describe`."""
+    graph = import_graph(Path(tools_package.__file__).parent, "loader.tools")
+    assert "inspect" not in graph["inspect_mixture"]
+    assert_no_cycle(graph)

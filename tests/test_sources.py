@@ -6,7 +6,6 @@ test_resume_pinning.py and the object-store cases in test_sources_s3.py.
 
 from __future__ import annotations
 
-import ast
 import itertools
 import os
 from pathlib import Path
@@ -24,33 +23,14 @@ from loader import StreamingDataLoader, StreamingDataset
 from loader.sources import SOURCES, SourceSpec, open_source, resolve_source
 from loader.sources.arrow import table_fingerprint
 from loader.storage import normalise_uri, redact, unreachable
+from tests.imports import assert_no_cycle, import_graph
 from tests.tables import make_rows
 
 
-def _imports_within(package: Path, name: str) -> set[str]:
-    tree = ast.parse((package / f"{name}.py").read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("loader.sources."):
-            found.add(node.module.rsplit(".", 1)[1])  # type: ignore[union-attr]
-    return found
-
-
 def test_source_modules_import_without_a_cycle() -> None:
-    package = Path(sources_package.__file__).parent
-    graph = {p.stem: _imports_within(package, p.stem) for p in package.glob("[!_]*.py")}
+    graph = import_graph(Path(sources_package.__file__).parent, "loader.sources")
     assert graph["base"] == set(), "base is the seam: it imports no backend"
-    done: set[str] = set()
-
-    def visit(module: str, path: tuple[str, ...]) -> None:
-        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
-        if module not in done:
-            for child in graph[module]:
-                visit(child, (*path, module))
-            done.add(module)
-
-    for module in graph:
-        visit(module, ())
+    assert_no_cycle(graph)
 
 
 def test_registry_knows_each_kind_and_lists_them_for_an_unknown_one() -> None:

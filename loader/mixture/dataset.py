@@ -123,6 +123,8 @@ class MixedDataset(OnWorld):
             epoch, cursors, _ = ds.progress.position()
             sources.append(SourceAt(epoch, tuple(cursors)))
         self.progress = MixProgress(self, MixPosition.start(sources))
+        for k, ds in enumerate(self.datasets):  # their epoch and len() follow the mixture
+            ds.join_mixture(self, k)
 
     def _epoch_rule(
         self, shares: Weights, steps: int | None, source: str | None, over_all: bool

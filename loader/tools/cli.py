@@ -47,6 +47,17 @@ def _storage_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def _schedule(text: str) -> tuple[tuple[int, int], ...]:
+    """`3:16,6:32` -> ((3, 16), (6, 32)): a batch schedule's (global step, G) pairs."""
+    parse, out = _count(1), []
+    for part in text.replace(" ", "").split(","):
+        step, sep, rows = part.partition(":")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r} is not STEP:G")
+        out.append((parse(step), parse(rows)))
+    return tuple(out)
+
+
 def _mix_spec(text: str) -> object:
     from loader.tools.mixplanner import parse_spec  # imported only when a mixture is planned
 
@@ -112,7 +123,9 @@ def _rows_parser(sub: Any) -> None:
         "--id-column", default=None, help="also print this column (reads just step T's rows)"
     )
     rows.add_argument(
-        "--source", default=None, help="the table to read ids from (default: the checkpoint's)"
+        "--source",
+        default=None,
+        help="the table to read ids from (default: the checkpoint's); a mixture's: NAME=URI,...",
     )
     rows.add_argument(
         "--global-batch", type=_count(1), default=None, help="G (plan; old checkpoints)"
@@ -127,6 +140,13 @@ def _rows_parser(sub: Any) -> None:
     plan.add_argument("--world-size", type=_count(1), default=None, help="W")
     plan.add_argument("--epoch", type=_count(0), default=0, help="the epoch the run began with")
     plan.add_argument("--drop-last", action="store_true", help="drop_last=True")
+    plan.add_argument(
+        "--batch-schedule",
+        type=_schedule,
+        default=(),
+        metavar="STEP:G,...",
+        help="the run's batch_schedule (G from global step STEP on; --global-batch before)",
+    )
     plan.add_argument("--filter", default=None, help="the dataset's filter (with --id-column)")
     _storage_arg(rows)
 
@@ -187,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return print_inspect(args.path, storage_options=dict(args.storage_option) or None)
     if args.command == "rows":
-        from loader.tools.rows import print_rows
+        from loader.tools.rows_cli import print_rows
 
         return print_rows(args)
     return _dashboard(args.args)

@@ -20,6 +20,8 @@ from loader import checkpoint_io as io
 from loader import state as st
 from loader.checkpoint import SUFFIX, CheckpointError, verify
 from loader.layout import supported_world_sizes
+from loader.tools.describe import num, packed, plan_rows, source_rows
+from loader.tools.inspect_mixture import mixture_rows
 
 __all__ = ["format_inspect", "print_inspect"]
 
@@ -59,65 +61,16 @@ def format_inspect(
         ),
     ]
     if state[st.KEY_FORMAT] == st.MIXTURE_FORMAT:
-        from loader.tools.inspect_mixture import mixture_rows
-
         rows.extend(mixture_rows(state))
     else:
         rows.extend(
             [
-                *_source_rows(state[st.KEY_SOURCE]),
-                *_plan_rows(state[st.KEY_PLAN]),
+                *source_rows(state[st.KEY_SOURCE]),
+                *plan_rows(state[st.KEY_PLAN]),
                 *_progress_rows(state),
             ]
         )
     return "\n".join(f"{label:<14}{value}" for label, value in rows)
-
-
-def _source_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
-    version = source.get("version")
-    pinned = f"version {version} (pinned)" if version is not None else "no version (unpinned)"
-    columns = source.get("columns")
-    return [
-        ("source", f"{source.get('kind', '?')}  {source.get('uri', '?')}"),
-        ("  table", f"{source.get('table') or '-'}, {pinned}"),
-        ("  columns", ", ".join(map(str, columns)) if columns else "all"),
-        ("  fingerprint", source.get("fingerprint") or "-"),
-        ("  version id", source.get("version_id") or "-"),  # Lance: what a recreate changes
-    ]
-
-
-def _packed(plan: dict[str, Any]) -> bool:
-    """A packed state (`pack_sequences` in its plan): its rows are documents of tokens."""
-    return plan.get("pack_sequences") is not None
-
-
-def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    n, s, length = plan["num_rows"], plan["num_splits"], plan["rows_per_split"]  # checked
-    unit = "documents" if _packed(plan) else "rows"
-    order = (
-        f"shuffled, seed {plan.get('shuffle_seed')}, clump {plan.get('shuffle_clump_size')}"
-        if plan.get("shuffle")
-        else "not shuffled"
-    )
-    rows = [
-        ("plan", f"N={n:,} {unit}, S={s} splits x L={length:,} {unit}, {order}"),
-        ("  filter", str(plan.get("filter") or "-")),
-        ("  drop_last", str(plan.get("drop_last"))),
-    ]
-    if _packed(plan):
-        rows.append(("  packing", _packing_text(plan)))
-    return rows
-
-
-def _packing_text(plan: dict[str, Any]) -> str:
-    """'blocks of 2,048 tokens of column tokens, eos_id 0, pad_id -, blocks_per_epoch -'."""
-    seq_len, column = plan["pack_sequences"], plan.get("token_column")
-    said = ", ".join(f"{k} {_dash(plan.get(k))}" for k in ("eos_id", "pad_id", "blocks_per_epoch"))
-    return f"blocks of {_num(seq_len)} tokens of column {column}, {said}"
-
-
-def _dash(value: Any) -> str:
-    return "-" if value is None else _num(value)
 
 
 def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
@@ -126,20 +79,20 @@ def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     `skipped` counts blocks, so it is labelled so, with the tokens past the cursors."""
     cursors: list[int] = state[st.KEY_CURSORS]
     s, length = state[st.KEY_PLAN]["num_splits"], state[st.KEY_PLAN]["rows_per_split"]
-    packed = _packed(state[st.KEY_PLAN])
-    unit = "documents" if packed else "rows"
+    is_packed = packed(state[st.KEY_PLAN])
+    unit = "documents" if is_packed else "rows"
     read = sum(cursors)
     finished = sum(c == length for c in cursors)
     saver = f"step {state[st.KEY_STEP]}, saved by world_size {state[st.KEY_WORLD_SIZE]}"
-    median = _num(statistics.median(cursors))
-    cursor = "document cursor" if packed else "cursor"
-    into, dropped = _token_texts(state) if packed else ("", "")
+    median = num(statistics.median(cursors))
+    cursor = "document cursor" if is_packed else "cursor"
+    into, dropped = _token_texts(state) if is_packed else ("", "")
     read_text = f"{read:,} {unit}{into}"
-    skipped = f"{state[st.KEY_SKIPPED]:,}" + (f" blocks{dropped}" if packed else "")
+    skipped = f"{state[st.KEY_SKIPPED]:,}" + (f" blocks{dropped}" if is_packed else "")
     return [
         ("epoch", f"{state[st.KEY_EPOCH]}  ({saver})"),
         ("progress", f"{cursor} min {min(cursors):,} / median {median} / max {max(cursors):,} "
-                     f"of {length:,}{' documents' if packed else ''} per split"),
+                     f"of {length:,}{' documents' if is_packed else ''} per split"),
         ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
                    f"splits finished; skipped {skipped}"),
         ("resumes on", _resumes_on(state, s)),
@@ -163,9 +116,3 @@ def _token_texts(state: dict[str, Any]) -> tuple[str, str]:
     offsets, dropped = state.get(st.KEY_TOKEN_OFFSETS), state.get(st.KEY_TOKENS_DROPPED)
     into = f" + {sum(offsets):,} tokens into the next ones" if offsets is not None else ""
     return into, f"; {dropped:,} tokens of the epoch dropped" if dropped is not None else ""
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"{value:,}" if isinstance(value, (int, float)) else str(value)

@@ -7,12 +7,11 @@ from typing import Any
 
 from loader import state as st
 from loader.mixture import state as ms
+from loader.tools.describe import plan_rows, source_rows
 
 
 def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
     """Rows for a checked mixture state (`check_mixture_state` has passed)."""
-    from loader.tools.inspect import _plan_rows, _source_rows
-
     names, weights = state[ms.KEY_NAMES], state[ms.KEY_WEIGHTS]
     rule = state[ms.KEY_EPOCH_RULE]
     if isinstance(rule, int):
@@ -40,7 +39,7 @@ def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"[{name}]", f"pass {source[st.KEY_EPOCH]}: {read:,} of {total:,} {unit} "
                                   f"({100 * read / total:.1f}%); {supplied:,} supplied in all"))  # fmt: skip
         rows.extend(
-            (f"  {label.strip()}", value) for label, value in _source_rows(source[st.KEY_SOURCE])
+            (f"  {label.strip()}", value) for label, value in source_rows(source[st.KEY_SOURCE])
         )
-        rows.extend((f"  {label.strip()}", value) for label, value in _plan_rows(plan))
+        rows.extend((f"  {label.strip()}", value) for label, value in plan_rows(plan))
     return rows

@@ -1,0 +1,293 @@
+"""The ledger for every run (issue 27, point 5): `rows_at_step` and `elastic-loader rows`
+answer mixtures (each row's dataset, position, rank and id), packed runs (each block's rank
+and the documents and token ranges it was cut from), steps `skip_steps` jumped over, and
+resizes. Every answer is compared with what real loaders over small LanceDB tables handed
+out, never with the same formula worked out again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint, rows_at_step
+from loader.tools import cli
+from loader.tools.rows import MixRun, RunPosition
+from tests.batches import step_through_epochs, step_together
+
+SIZES = {"web": 300, "code": 120, "math": 60}  # rows; ids of dataset k start at k * 10_000
+SPLITS = {"web": 4, "code": 2, "math": 3}
+WEIGHTS = [6, 3, 1]
+EOS = -1
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    conn = lancedb.connect(str(tmp_path_factory.mktemp("ledger")))
+    for k, (name, rows) in enumerate(SIZES.items()):
+        conn.create_table(name, pa.table({"id": np.arange(rows, dtype=np.int64) + k * 10_000}))
+    return conn
+
+
+def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingDataLoader]:
+    out = []
+    for r in range(world):
+        parts = {
+            name: StreamingDataset(
+                db.open_table(name), ["id"], num_splits=SPLITS[name], rank=r, world_size=world
+            )
+            for name in SIZES
+        }
+        out.append(StreamingDataLoader(MixedDataset(parts, WEIGHTS, **mix), global_batch_size=g))
+    return out
+
+
+def _step_rows(batches: list[list[Any]], t: int) -> tuple[list[int], list[int], list[int]]:
+    """(ids, ranks, dataset indices) of global step t, rank 0's rows first."""
+    ids, ranks, sources = [], [], []
+    for r, mine in enumerate(batches):
+        ids += mine[t]["id"].tolist()
+        sources += mine[t]["source"].tolist()
+        ranks += [r] * len(mine[t]["id"])
+    return ids, ranks, sources
+
+
+def _assert_answers(run: Any, batches: list[list[Any]], steps: range, offset: int = 0) -> None:
+    for t in steps:
+        found = rows_at_step(run, offset + t, id_column="id")
+        ids, ranks, sources = _step_rows(batches, t)
+        assert found.ids == ids, t
+        assert found.ranks.tolist() == ranks, t
+        assert found.datasets is not None and found.datasets.tolist() == sources, t
+        assert found.names == tuple(SIZES)
+        for k, pos, i in zip(found.datasets.tolist(), found.positions.tolist(), ids, strict=True):
+            assert i == pos + k * 10_000  # each dataset's own table position
+
+
+@pytest.mark.parametrize(("world", "seed"), [(2, None), (3, 7)])
+def test_a_mixtures_steps_equal_what_its_loaders_handed_out(
+    db: Any, world: int, seed: int | None
+) -> None:
+    """Two mixture epochs and more (every dataset rolls into new passes), from a state
+    saved mid-run: the steps before it, after it, and into the next epochs."""
+    loaders = _mixture_loaders(db, world, 30, seed=seed)
+    first = step_together(loaders, 4)
+    state = loaders[0].state_dict()
+    assert isinstance(RunPosition.from_state(state), MixRun)  # one entry for every state
+    rest = step_through_epochs(_resumed(db, world, 30, state, seed=seed), 40)
+    batches = [a + b for a, b in zip(first, rest, strict=True)]
+    run = RunPosition.from_state(state)
+    _assert_answers(run, batches, range(44))
+    assert rows_at_step(run, 41).epoch >= 2  # past two epochs of the mixture
+    only = rows_at_step(run, 5, rank=world - 1, id_column="id")
+    assert only.ids == batches[world - 1][5]["id"].tolist()
+
+
+def _resumed(db: Any, world: int, g: int, state: dict[str, Any], **mix: Any) -> list[Any]:
+    loaders = _mixture_loaders(db, world, g, **mix)
+    for dl in loaders:
+        dl.load_state_dict(state)
+    return loaders
+
+
+def test_a_mixture_resized_and_skipped(db: Any) -> None:
+    """Saved on W=2, resumed on W=3 with steps 6 and 7 skipped: the later state answers
+    the earlier steps (same rows; its own W's ranks), the skipped ones as skipped with no
+    rows, and the later ones exactly as the three ranks read them."""
+    two = _mixture_loaders(db, 2, 30)
+    before = step_together(two, 4)
+    three = _resumed(db, 3, 30, two[0].state_dict())
+    for dl in three:
+        dl.skip_steps(6, 8)
+    after = step_together(three, 6)  # global steps 4, 5, then 8 ... 11
+    run = RunPosition.from_state(three[0].state_dict())
+    assert isinstance(run, MixRun) and run.world_size == 3
+    for t in range(4):
+        ids, _, _ = _step_rows(before, t)
+        assert sorted(rows_at_step(run, t, id_column="id").ids or []) == sorted(ids)
+    for t, global_step in enumerate([4, 5, 8, 9, 10, 11]):
+        ids, ranks, _ = _step_rows(after, t)
+        found = rows_at_step(run, global_step, id_column="id")
+        assert (found.ids, found.ranks.tolist(), found.skipped) == (ids, ranks, False)
+    for t in (6, 7):
+        found = rows_at_step(run, t)
+        assert found.skipped and len(found.positions) == len(found.ranks) == 0
+
+
+def test_the_cli_answers_a_mixture_checkpoint(
+    db: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before issue 27 a mixture checkpoint failed with `error: 'plan'`."""
+    loaders = _mixture_loaders(db, 2, 30)
+    batches = step_together(loaders, 3)
+    checkpoint.save(loaders[0].state_dict(), tmp_path / "mix")
+    assert cli.main(["rows", str(tmp_path / "mix"), "--step", "1", "--id-column", "id"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# global step 1: epoch 0, step 1 of the epoch; W = 2, G = 30; 30 rows"
+    assert out[1] == "rank\tdataset\tposition\tid"
+    ids, ranks, sources = _step_rows(batches, 1)
+    rows = [line.split("\t") for line in out[2:]]
+    assert [int(r[3]) for r in rows] == ids and [int(r[0]) for r in rows] == ranks
+    assert [r[1] for r in rows] == [list(SIZES)[k] for k in sources]
+    assert cli.main(["rows", str(tmp_path / "mix"), "--step", "2", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["skipped"] is False and len(answer["rows"]) == 30
+    assert {row["dataset"] for row in answer["rows"]} == set(SIZES)
+    assert cli.main(["rows", str(tmp_path / "mix"), "--step", "2", "--rank", "5"]) == 2
+    assert "rank must be in [0, 1]" in capsys.readouterr().err
+    bad = ["rows", str(tmp_path / "mix"), "--step", "2", "--id-column", "id", "--source", "x"]
+    assert cli.main(bad) == 2
+    assert "NAME=URI" in capsys.readouterr().err
+
+
+def test_skipped_steps_of_a_dataset_say_so(db: Any) -> None:
+    """A single dataset skipping steps 2 and 3 (W=2): those steps have no rows and no
+    ranks; every other step is what the ranks read."""
+    loaders = [
+        StreamingDataLoader(
+            StreamingDataset(db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=2),
+            global_batch_size=20,
+        )
+        for r in range(2)
+    ]
+    for dl in loaders:
+        dl.skip_steps(2, 4)
+    got = step_together(loaders, 6)  # global steps 0, 1, 4 ... 7
+    run = RunPosition.from_state(loaders[0].state_dict())
+    for t, global_step in enumerate([0, 1, 4, 5, 6, 7]):
+        ids = [i for mine in got for i in mine[t]["id"].tolist()]
+        assert rows_at_step(run, global_step, id_column="id").ids == ids
+    for global_step in (2, 3):
+        found = rows_at_step(run, global_step, id_column="id")
+        assert found.skipped and found.ids == [] and len(found.ranks) == 0
+
+
+@pytest.fixture(scope="module")
+def docs(db: Any) -> Any:
+    """90 documents of 1-29 tokens; document i holds tokens i * 1000 + 1, ...: every token
+    tells where it came from."""
+    count = 90
+    rng = np.random.default_rng(3)
+    tokens = [
+        [i * 1000 + t + 1 for t in range(int(n))] for i, n in enumerate(rng.integers(1, 30, count))
+    ]
+    return db.create_table("docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))}))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_packed_blocks_are_the_documents_and_tokens_the_ledger_names(
+    docs: Any, world: int, tmp_path: Path
+) -> None:
+    """Each block the ranks read is the concatenation of the token ranges of the documents
+    the ledger names (eos after each document), on the rank it names, into the next epoch."""
+    table = docs
+    texts = table.to_arrow().column("tokens").to_pylist()
+    loaders = [
+        StreamingDataLoader(
+            StreamingDataset(
+                table, ["tokens"], num_splits=3, rank=r, world_size=world,
+                pack_sequences=16, eos_id=EOS,
+            ),
+            global_batch_size=6,
+        )
+        for r in range(world)
+    ]  # fmt: skip
+    first = step_together(loaders, 2)
+    state = loaders[0].state_dict()
+    steps = len(loaders[0]) + 3  # the rest of epoch 0 and into epoch 1
+    rest = step_through_epochs(_packed_resumed(table, world, state), steps - 2)
+    batches = [a + b for a, b in zip(first, rest, strict=True)]
+    checkpoint.save(state, tmp_path / "packed")
+    run = RunPosition.from_state(checkpoint.load(tmp_path / "packed"))
+    for t in range(steps):
+        found = rows_at_step(run, t)
+        assert found.documents is not None
+        blocks = [row for mine in batches for row in mine[t]["input_ids"].tolist()]
+        ranks = [r for r, mine in enumerate(batches) for _ in mine[t]["input_ids"]]
+        assert found.ranks.tolist() == ranks
+        for block, pieces in zip(blocks, found.documents, strict=True):
+            tokens = [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]]
+            assert tokens == block, t
+    assert rows_at_step(run, steps - 1).epoch == 1
+
+
+def _packed_resumed(table: Any, world: int, state: dict[str, Any]) -> list[Any]:
+    out = []
+    for r in range(world):
+        ds = StreamingDataset(
+            table, ["tokens"], num_splits=3, rank=r, world_size=world,
+            pack_sequences=16, eos_id=EOS,
+        )  # fmt: skip
+        dl = StreamingDataLoader(ds, global_batch_size=6)
+        dl.load_state_dict(state)
+        out.append(dl)
+    return out
+
+
+def test_the_cli_prints_a_packed_steps_documents(
+    docs: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = docs
+    dl = StreamingDataLoader(
+        StreamingDataset(table, ["tokens"], num_splits=3, pack_sequences=16, eos_id=EOS),
+        global_batch_size=6,
+    )
+    next(iter(dl))
+    checkpoint.save(dl.state_dict(), tmp_path / "p")
+    assert cli.main(["rows", str(tmp_path / "p"), "--step", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("; 6 blocks") and out[1] == "rank\tblock\tdocuments"
+    assert all("[" in line.split("\t")[2] for line in out[2:])
+    assert cli.main(["rows", str(tmp_path / "p"), "--step", "0", "--id-column", "x"]) == 2
+    assert "packed run" in capsys.readouterr().err
+
+
+def test_a_batch_ramp_resized_mid_way(db: Any, tmp_path: Path, capsys: Any) -> None:
+    """G 8 -> 16 -> 32 on S=4, saved after 4 steps on W=2, resumed on W=3: the later state
+    answers every step of the ramp (the earlier ones as the same rows), into epoch 1, and
+    the CLI's `plan` with --batch-schedule the run that never stopped."""
+    ramp = [(3, 16), (6, 32)]
+
+    def loaders(world: int) -> list[Any]:
+        return [
+            StreamingDataLoader(
+                StreamingDataset(
+                    db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=world
+                ),
+                global_batch_size=8,
+                batch_schedule=ramp,
+            )
+            for r in range(world)
+        ]
+
+    two = loaders(2)
+    before = step_together(two, 4)
+    three = loaders(3)
+    for dl in three:
+        dl.load_state_dict(two[0].state_dict())
+    after = step_through_epochs(three, 8)  # steps 4 ... 11 (300 rows: 3x8 + 3x16 + 7x32 + 4)
+    run = RunPosition.from_state(three[0].state_dict())
+    for t in range(4):
+        ids = sorted(i for mine in before for i in mine[t]["id"].tolist())
+        found = rows_at_step(run, t, id_column="id")
+        assert sorted(found.ids or []) == ids and found.global_batch_size == len(ids)
+    for t in range(8):
+        ids = [i for mine in after for i in mine[t]["id"].tolist()]
+        assert rows_at_step(run, 4 + t, id_column="id").ids == ids, t
+    assert [rows_at_step(run, t).global_batch_size for t in (2, 3, 6, 12, 13)] == [8, 16, 32, 32, 4]
+    assert rows_at_step(run, 14).epoch == 1
+    plan = ["rows", "plan", "--step", "5", "--rows", "300", "--num-splits", "4"]
+    plan += ["--world-size", "2", "--global-batch", "8", "--batch-schedule", "3:16,6:32"]
+    assert cli.main([*plan, "--seed", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "G = 16; 16 rows" in lines[0]
+    step_5 = sorted(i for mine in after for i in mine[1]["id"].tolist())
+    assert sorted(int(line.split("\t")[1]) for line in lines[2:]) == step_5  # web: id = position
+    with pytest.raises(SystemExit):  # argparse: exit status 2 and the usage
+        cli.main([*plan[:-1], "6:x"])
+    assert "'x' is not a number" in capsys.readouterr().err
