@@ -55,9 +55,15 @@ def rows(splits: int) -> Build:
 
 def packed(r: int, w: int) -> StreamingDataset:
     return StreamingDataset(
-        _docs(80, 1), columns=["tokens"], num_splits=4, shuffle_seed=2, rank=r, world_size=w,
-        pack_sequences=SEQ, eos_id=0,
-    )  # fmt: skip
+        _docs(80, 1),
+        columns=["tokens"],
+        num_splits=4,
+        shuffle_seed=2,
+        rank=r,
+        world_size=w,
+        pack_sequences=SEQ,
+        eos_id=0,
+    )
 
 
 def mixture(names: list[str], pack: bool = False) -> Build:
@@ -71,7 +77,7 @@ def mixture(names: list[str], pack: bool = False) -> Build:
                 num_splits=2,
                 shuffle_seed=k,
                 **kw,
-            )  # fmt: skip
+            )
             for k, name in enumerate(names)
         }
         return MixedDataset(parts, [k % 3 + 1 for k in range(len(names))])
@@ -106,7 +112,7 @@ def _loaders(
             run_id=kind,
             num_workers=workers,
             total_epochs=2,
-        )  # fmt: skip
+        )
         for r in range(world)
     ]
 
@@ -198,6 +204,8 @@ def test_a_name_that_cannot_travel_is_refused_when_the_mixture_is_built(
 def test_a_run_id_that_cannot_travel_is_refused_when_the_loader_is_built() -> None:
     with pytest.raises(ValueError, match="run_id"):
         StreamingDataLoader(
-            StreamingDataset(_rows(8), num_splits=2), batch_size=2,
-            telemetry="http://127.0.0.1:9", run_id="a/b",
-        )  # fmt: skip
+            StreamingDataset(_rows(8), num_splits=2),
+            batch_size=2,
+            telemetry="http://127.0.0.1:9",
+            run_id="a/b",
+        )
