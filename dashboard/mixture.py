@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from loader.wire import text_list
+
 # The window of the recent-share column: the last report at least this many global steps
 # before the latest (or the weights' first, when the phase is younger).
 WINDOW_STEPS = 100
@@ -24,15 +26,15 @@ def mixture_frame(events: list[dict[str, Any]]) -> pd.DataFrame | None:
         return None
     facts.sort(key=lambda e: (e.get("global_step") or 0, e.get("ts") or 0))
     last = facts[-1]["data"]
-    names = str(last["names"]).split(",")
-    weights = [Fraction(w) for w in str(last["weights"]).split(",")]
+    names = text_list(last, "names")
+    weights = [Fraction(w) for w in text_list(last, "weights")]
     supplied = list(last.get("supplied") or [0] * len(names))
     phase = [e for e in facts if e["data"].get("phase_start") == last.get("phase_start")]
     end = facts[-1].get("global_step") or 0
     recent = [e for e in phase if (e.get("global_step") or 0) <= end - WINDOW_STEPS]
     since = _since(supplied, phase[0]["data"])
     window = _since(supplied, (recent[-1] if recent else phase[0])["data"])
-    tokens = last.get("tokens")
+    tokens = last.get("tokens_supplied")
     frame = pd.DataFrame(
         {
             "dataset": names,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loader.layout import fit_reason, is_whole, rank_pieces, slice_bounds, uses_steps
+from loader.wire import text_list
 
 __all__ = ["RankRate", "layout_of", "mixture_layout", "owners", "stragglers"]
 
@@ -53,8 +54,7 @@ def mixture_layout(facts: dict[str, Any], world_size: int) -> dict[str, Any]:
     positions of its rows in that step and which rank reads which of them (rank r reads
     positions [r·G/W, (r+1)·G/W) of every step: `loader.layout.slice_bounds`). Every rank
     reads a part of every dataset, so a mixture has no split-to-rank grid. O(K · W)."""
-    names = str(facts.get("names") or "").split(",")
-    weights = str(facts.get("weights") or "").split(",")
+    names, weights = text_list(facts, "names"), text_list(facts, "weights")
     splits = list(facts.get("dataset_splits") or [])
     flat = list(facts.get("step_segments") or [])
     datasets = [

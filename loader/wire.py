@@ -44,3 +44,20 @@ CLOSE_REASON_ERROR = "error"  # ending on an uncaught exception (or SystemExit w
 # most this many cursors), which keeps one event and every per-split view bounded.
 MAX_SPLITS = 1 << 20
 MAX_WORLD_SIZE = 1 << 20
+
+# A mixture's dataset names travel as a list of texts in `mixture` events (never joined: a
+# name may hold a comma): each 1-256 characters, at most 4,096 datasets, so one event always
+# fits the collector's limits; `MixedDataset` refuses other names when it is built.
+MAX_NAME_CHARS = 256
+MAX_MIXTURE_DATASETS = 4096
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
+NAME = re.compile(NAME_PATTERN)
+
+
+def text_list(data: object, key: str) -> list[str]:
+    """A list of texts of a `mixture` event's `data` (`names`, `weights`): sent as a list;
+    events from loaders before it joined them with commas, split here."""
+    value = data.get(key) if isinstance(data, dict) else None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return str(value).split(",") if value else []

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from dashboard.collector.status import Health, run_status
 from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
+from loader.wire import text_list
 
 RUN_STATES = ("starting", "running", "stalled", "crashed", "finished", "stopped")
 PREFIX = "elastic_loader_"
@@ -108,8 +109,8 @@ class RunMetrics:
         if last is None:
             return
         data = last["data"]
-        names = str(data["names"]).split(",")
-        weights = [float(Fraction(w)) for w in str(data.get("weights") or "").split(",") if w]
+        names = text_list(data, "names")
+        weights = [float(Fraction(w)) for w in text_list(data, "weights") if w]
         for key, values in (
             ("mix_weight", weights),
             ("mix_rows", data.get("supplied") or []),

@@ -12,7 +12,14 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from loader.layout import fit_reason, owned_splits
-from loader.wire import KIND_PATTERN, MAX_SPLITS, MAX_WORLD_SIZE, RUN_ID_PATTERN
+from loader.wire import (
+    KIND_PATTERN,
+    MAX_MIXTURE_DATASETS,
+    MAX_NAME_CHARS,
+    MAX_SPLITS,
+    MAX_WORLD_SIZE,
+    RUN_ID_PATTERN,
+)
 
 MAX_EVENTS = 2000
 MAX_CURSORS = MAX_SPLITS  # a rank may own every split of a run (W = 1)
@@ -46,8 +53,14 @@ NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
 Int64 = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
 Seconds = Annotated[float, Field(ge=0, le=1e12)]
 Scalar = Annotated[Text, Field(max_length=MAX_TEXT)] | Int64 | float | bool | None
+# A list of short texts: a mixture's dataset names and weights (a name may hold a comma).
+Texts = Annotated[
+    list[Annotated[Text, Field(max_length=MAX_NAME_CHARS)]],
+    Field(max_length=MAX_MIXTURE_DATASETS),
+]
 DataValue = Annotated[
-    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)], BeforeValidator(_int64)
+    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)] | Texts,
+    BeforeValidator(_int64),
 ]
 # Any printable text but '/', which could not be one URL path segment (same rule as the client).
 # (The constraints before the validator: after it, pydantic leaves `pattern` out of the schema.)
@@ -420,7 +433,7 @@ class EventPublic(BaseModel):
     epoch: int | None
     step: int | None
     global_step: int | None
-    data: dict[str, Scalar | list[int]]
+    data: dict[str, Scalar | list[int] | list[str]]
 
 
 class EventsPublic(BaseModel):

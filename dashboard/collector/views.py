@@ -330,7 +330,7 @@ def _crash(store: Store, run: dict[str, Any], health: Health) -> list[dict[str, 
 
 def _mixture_label(data: dict[str, Any], step: int | None) -> str:
     """'mixture: web 7/10, code 1/5, math 1/10 at step 1,200'."""
-    names, weights = str(data.get("names", "")).split(","), str(data.get("weights", "")).split(",")
+    names, weights = wire.text_list(data, "names"), wire.text_list(data, "weights")
     shares = ", ".join(f"{n} {w}" for n, w in zip(names, weights, strict=False))
     at = f" at step {step:,}" if step is not None else ""
     return f"mixture: {shares}{at}"

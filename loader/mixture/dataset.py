@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from loader import args
+from loader import args, wire
 from loader import state as st
 from loader.dataset import StreamingDataset
 from loader.mixture import reweight
@@ -338,11 +338,11 @@ class MixedDataset(OnWorld):
             segments = layout_runs(self.mix_plan.layout(pos, global_batch, 0, global_batch))
         return {
             "step_segments": segments,
-            "names": ",".join(self.names),
-            "weights": ",".join(self.mix_plan.weights_at(pos.global_step).text()),
+            "names": list(self.names),
+            "weights": list(self.mix_plan.weights_at(pos.global_step).text()),
             "phase_start": pos.phase_start,
             "supplied": list(pos.supplied),
-            "tokens": [u * seq_len for u in pos.supplied] if seq_len else None,
+            "tokens_supplied": [u * seq_len for u in pos.supplied] if seq_len else None,
             "passes": [s.epoch for s in pos.sources],
             "dataset_splits": [ds.num_splits for ds in self.datasets],
         }
@@ -399,12 +399,36 @@ def _named(
         )
     if not items:
         raise ValueError("datasets is empty: a mixture needs at least one StreamingDataset")
+    _check_names(names)
     for name, ds in zip(names, items, strict=True):
         if not isinstance(ds, StreamingDataset):
             raise TypeError(
                 f"datasets[{name!r}] is a {type(ds).__name__}, expected a StreamingDataset"
             )
     return names, items
+
+
+def _check_names(names: tuple[str, ...]) -> None:
+    """Names that the dashboard can show and telemetry can carry, or a ValueError now (never
+    a refusal at the collector, mid-run)."""
+    if len(names) > wire.MAX_MIXTURE_DATASETS:
+        raise ValueError(
+            f"datasets has {len(names):,} entries; a mixture holds at most "
+            f"{wire.MAX_MIXTURE_DATASETS:,}: merge small datasets into one table"
+        )
+    for name in names:
+        ok = wire.NAME.fullmatch(name) is not None
+        if ok:
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                ok = False
+        if not ok:
+            raise ValueError(
+                f"datasets name {name[:300]!r} is refused: a dataset's name is 1-"
+                f"{wire.MAX_NAME_CHARS} characters of valid Unicode without control "
+                "characters (e.g. 'web-en'); give the datasets as a dict of such names"
+            )
 
 
 def _default_name(ds: StreamingDataset, index: int) -> str:

@@ -5,8 +5,8 @@ Two ways a checkpoint of a loader is written, two ways to notice it:
 - `loader.checkpoint.save(state, path)` calls `loader.telemetry.reporter.checkpoint_written(state,
   path)` (a torch-free hook; nothing happens without a loader that has telemetry on). Every
   live loader's reporter of this process whose loader is at `state` — same epoch, same
-  cursors of its splits — has `saved_if_mine` send a `checkpoint_saved` event with the
-  path. A stale state saved later matches no loader.
+  cursors of its splits (a mixture or packed data: the same global step) — has
+  `saved_if_mine` send a `checkpoint_saved` event with the path. A stale state saved later matches no loader.
 - `torch.distributed.checkpoint.save` with the loader as a `Stateful` calls the loader's
   `state_dict()`, and gives a `Stateful` no way to know it is being saved (`dcp.load` calls
   `state_dict()` too). So `state_dict()` has its reporter call `state_taken(client, state)`,
@@ -43,7 +43,9 @@ def saved_if_mine(
         now = client.position()
         if now is None:
             return
-        if state.get(st.KEY_FORMAT) == st.MIXTURE_FORMAT:  # per dataset: the step says where
+        # a mixture's cursors are per dataset, packed data's count documents (the events'
+        # count blocks): there the global step says where
+        if state.get(st.KEY_FORMAT) == st.MIXTURE_FORMAT or st.KEY_TOKEN_OFFSETS in state:
             if state.get(st.KEY_GLOBAL_STEP) != now.get("global_step"):
                 return
             client.event(CHECKPOINT_SAVED, path=path, epoch=now.get("epoch"), **_steps(state, now))

@@ -106,7 +106,7 @@ class TelemetryWarning(RuntimeWarning):
 
 
 def event_value(value: Any) -> Any:
-    """A JSON scalar or list of ints, whatever the loader passed (numpy ints, Paths, ...)."""
+    """A JSON scalar, list of ints or list of texts, whatever the loader passed (numpy ints, Paths, ...)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, os.PathLike):
@@ -118,6 +118,8 @@ def event_value(value: Any) -> Any:
             return value
     if isinstance(value, (list, tuple, range)) and all(isinstance(v, int) for v in value):
         return [int(v) for v in value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)  # a mixture's names and weights
     return str(value)
 
 
@@ -126,10 +128,18 @@ def _reason(exc: BaseException) -> str:
     if not isinstance(exc, urllib.error.HTTPError) or exc.fp is None:
         return str(exc)
     try:
-        detail = orjson.loads(exc.read(4096)).get("detail")
+        detail = orjson.loads(exc.read(16384)).get("detail")
     except Exception:  # not our collector's JSON: the status line says enough
         return str(exc)
-    return f"{exc}: {detail}" if isinstance(detail, str) else str(exc)
+    if isinstance(detail, list):  # a 422: each refused field, where and why
+        detail = "; ".join(_refusal(d) for d in detail[:3] if isinstance(d, dict))
+    return f"{exc}: {detail}" if isinstance(detail, str) and detail else str(exc)
+
+
+def _refusal(error: dict[str, Any]) -> str:
+    """'events.0.data.names: ...' from one of FastAPI's validation errors."""
+    where = ".".join(str(p) for p in error.get("loc") or [] if p != "body")
+    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

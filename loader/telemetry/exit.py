@@ -17,16 +17,28 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loader.wire import CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
 
-if TYPE_CHECKING:
-    from loader.telemetry.client import TelemetryClient
+
+class Exiting(Protocol):
+    """What this module needs of a telemetry client (`loader.telemetry.client` is the one):
+    the process and thread that made it, its sender thread, and how to ask for its last send.
+    A Protocol, so this lower room never imports the client that registers here."""
+
+    _pid: int
+    _owner: threading.Thread
+    _thread: threading.Thread
+
+    def _finish(
+        self, reason: str = ..., error: str | None = None, deadline: float | None = None
+    ) -> None: ...
+
 
 # At a process's end, all clients together wait at most this long for their last send.
 EXIT_BUDGET_S = 2.0
-_LIVE: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Exiting] = weakref.WeakSet()
 _DEADLINE: dict[int, float] = {}  # pid → when this process's exit stops waiting
 
 

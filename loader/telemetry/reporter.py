@@ -15,14 +15,36 @@ import os
 import time
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loader import wire
 from loader.layout import rank_shares
 
 if TYPE_CHECKING:
-    from loader.dataloader import StreamingDataLoader
+    from loader.readable import Readable
     from loader.telemetry.client import TelemetryClient
+
+
+class StreamingDataLoader(Protocol):
+    """What a reporter reads of its loader (`loader.dataloader.StreamingDataLoader`): a
+    Protocol, so this lower room never imports the loader that builds it."""
+
+    streaming_dataset: Readable
+    batch_size: int | None
+    num_workers: int
+
+    @property
+    def global_batch_size(self) -> int: ...
+
+    @property
+    def splits(self) -> range: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def global_step(self) -> int: ...
+
 
 _LIVE: weakref.WeakSet[TelemetryReporter] = weakref.WeakSet()
 MIXTURE_HEARTBEATS = 5  # a live mixture event every 5 heartbeats (5 s by default)
