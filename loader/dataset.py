@@ -8,7 +8,6 @@ cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from loader import args
 from loader import state as st
 from loader.layout import owned_splits
+from loader.mesh import place
 from loader.packing import PACKED_CLUMP, PackedTokens, pack_spec
 from loader.plan import PlanSpec, ShuffleRequest
 from loader.progress import ROWS, Batching, Progress
@@ -26,10 +26,9 @@ from loader.read.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
 from loader.units import BlockUnits, UnitRequest, Units
-from loader.world import OnWorld, World, agree_with_rank0, agreement_group, resolve_world
+from loader.world import OnWorld, World
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
-SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
 
 
 class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
@@ -60,7 +59,16 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         process_group: the group the table version (and a picked seed) is agreed over:
             by default torch.distributed's group when this dataset's rank/world_size are
             the process's (so a dataset one rank builds alone, rank=0, world_size=1, waits
-            for nobody); a group to agree over a subset; False for no agreement.
+            for nobody); a group to agree over a subset; False for no agreement. A dataset
+            whose rank/world_size are not the process's (a data-parallel rank on a tensor-
+            parallel job) needs mesh=, a group of every process that reads the data, or both
+            version= and shuffle_seed=.
+        mesh, dp_dims, read_on: a `DeviceMesh`: the data is split over its data-parallel
+            dims (`dp_dims`, default those named dp, dp_replicate, dp_shard, batch or data),
+            rank and world_size come from the process's coordinate on them, and every other
+            dim gets identical batches. The version and seed are agreed over every process of
+            the mesh, or only those whose coordinates `read_on` lists (e.g. {"pp": [0, 3]}:
+            the pipeline stages that need data build the dataset, the others never do).
     """
 
     def __init__(
@@ -87,16 +95,28 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         process_group: Any = None,
         pack_fields: list[str] | tuple[str, ...] | None = None,
         pack_dtype: Any = "int64",
+        mesh: Any = None,
+        dp_dims: tuple[str, ...] | None = None,
+        read_on: dict[str, list[int]] | None = None,
     ) -> None:
         if source is None:
             raise ValueError(
                 "source is None; pass a LanceDB table, a Lance dataset, an Arrow table or "
                 "dataset, or a path to a .lance folder or Parquet files"
             )
-        self.world: World = resolve_world(
-            args.optional_integer("rank", rank, 0),
-            args.optional_integer("world_size", world_size, 1),
-        )
+        if shuffle_seed is not None:
+            args.integer("shuffle_seed", shuffle_seed, 0, args.SEED_LIMIT)
+        placement = place(
+            rank,
+            world_size,
+            mesh,
+            dp_dims,
+            read_on,
+            process_group,
+            version is not None,
+            shuffle_seed is not None,
+        )  # not kept: the mesh and groups stay out of pickled copies
+        self.world: World = placement.world
         self._num_splits = self._splits_or_default(num_splits)
         columns = args.columns(columns)
         self._source_args = {
@@ -122,21 +142,24 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         )
         if self._unit_request.pack is not None and transform is not None:
             raise ValueError("transform (per row) cannot be combined with pack_sequences")
-        group = agreement_group(self.world, process_group, version is not None)  # not kept
         self._seed_picked = shuffle_seed is None
-        seed = self._pick_seed(group) if shuffle_seed is None else shuffle_seed
         self._request = ShuffleRequest(
             args.boolean("shuffle", shuffle),
-            args.integer("shuffle_seed", seed, 0, args.SEED_LIMIT),
+            shuffle_seed or 0,  # the agreed seed replaces it below
             args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
             or (PACKED_CLUMP if self._unit_request.pack is not None else 1),
         )
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
-        if version is None:  # a fresh start: every rank reads the version rank 0 sees
-            agreed = agree_with_rank0(resolved.spec.version, group, "table version")
-            if agreed != resolved.spec.version:
-                resolved, plan = self._resolve(agreed)
+        # A fresh start: every process reads the version (and seed) the first one sees, so a
+        # write landing while processes start cannot hand two of them two different tables.
+        agreed, seed = placement.agreement.agree(
+            resolved.spec.version, version is not None, shuffle_seed
+        )
+        if agreed != resolved.spec.version:
+            resolved, plan = self._resolve(agreed, seed)
+        elif seed != plan.shuffle_seed:
+            plan = self._plan_on(resolved, seed)
         self._adopt(resolved, plan)
         self._state_loaded = False
         self._mixture: tuple[Any, int] | None = None  # (MixedDataset, index) it belongs to
@@ -162,20 +185,6 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
     @property
     def on_error(self) -> OnError:
         return self._unit_request.on_error
-
-    def _pick_seed(self, group: Any) -> int:
-        """A random seed, the same on every rank: rank 0's, by broadcast."""
-        if self.world.world_size > 1 and group is None:
-            raise ValueError(
-                "shuffle_seed=None picks a seed on rank 0 and shares it through "
-                "torch.distributed, but no process group covers this dataset's ranks here "
-                "(torch.distributed not initialised, rank/world_size not the process's, or "
-                "process_group=False); pass shuffle_seed=<int> (the same on every rank), call "
-                "init_process_group first, or pass process_group=<the group of its ranks>"
-            )
-        seed = agree_with_rank0(secrets.randbelow(SEED_PICKED), group, "picked shuffle_seed")
-        assert seed is not None
-        return seed
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies (plain DataLoader workers under spawn) read through the picklable reader;

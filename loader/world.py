@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import datetime
 import os
-import warnings
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -16,9 +16,15 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class World:
+    """A dataset's data-parallel place (rank, world_size) and, on a DeviceMesh, the process's
+    own: its global rank and its coordinate on each mesh dim (plain data: it is pickled to
+    workers with the dataset, the mesh is not)."""
+
     rank: int
     world_size: int
     local_rank: int = 0
+    global_rank: int | None = None
+    coordinates: tuple[tuple[str, int], ...] | None = None
 
 
 class OnWorld:
@@ -33,6 +39,46 @@ class OnWorld:
     @property
     def world_size(self) -> int:
         return self.world.world_size
+
+    @property
+    def mesh_coordinates(self) -> dict[str, int] | None:
+        """This process's coordinate on each mesh dim name (None when built without a mesh)."""
+        coords = self.world.coordinates
+        return None if coords is None else dict(coords)
+
+
+SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
+
+
+class Agreement(Protocol):
+    """How the processes that build one dataset come to one table version and one seed."""
+
+    def agree(
+        self, version: int | None, version_given: bool, seed: int | None
+    ) -> tuple[int | None, int]:
+        """(version, seed) for every process: `version` is the one this process sees (or was
+        given); `seed` None asks for one picked at random, the same everywhere."""
+        ...
+
+
+@dataclass(frozen=True)
+class GroupAgreement:
+    """Rank 0 of `group` decides, by one broadcast; None: this process decides alone."""
+
+    group: Any | None
+
+    def agree(
+        self, version: int | None, version_given: bool, seed: int | None
+    ) -> tuple[int | None, int]:
+        mine = secrets.randbelow(SEED_PICKED) if seed is None else seed
+        if self.group is None or (version_given and seed is not None):
+            return version, mine
+        if dist.get_world_size(self.group) == 1:
+            return version, mine
+        agreed_version, agreed_seed = _broadcast_pins(version, mine, self.group)
+        return (version if version_given else agreed_version), (
+            mine if seed is not None else agreed_seed
+        )
 
 
 def resolve_world(rank: int | None, world_size: int | None) -> World:
@@ -61,18 +107,21 @@ ENV_AGREE_TIMEOUT = "ELASTIC_LOADER_AGREE_TIMEOUT_S"  # ... or as this variable 
 _INT64 = 2**63
 
 
-def agreement_group(world: World, process_group: Any, version_pinned: bool) -> Any | None:
+def agreement_group(
+    world: World, process_group: Any, version_given: bool, seed_given: bool
+) -> Any | None:
     """The process group whose rank 0 decides the table version (and a picked seed) for a
     dataset of `world`, or None when this process decides alone.
 
-    None (the default): torch.distributed's default group, but only when the dataset's rank
-    and world size are this process's in it, so every rank of the group builds it; a
-    dataset one rank builds alone (rank=0, world_size=1, e.g. for evaluation) agrees with
-    nobody, instead of waiting forever in a collective the others never join. A group:
-    that group. False: nobody.
+    None (the default): torch.distributed's default group when the dataset's rank and world
+    size are this process's in it, so every rank of the group builds it; a dataset one rank
+    builds alone (rank=0, world_size=1, e.g. for evaluation) agrees with nobody. Any other
+    place (a data-parallel rank on a tensor-parallel mesh) must say how it agrees, since
+    the loader cannot know which processes build it: never one version or seed per group.
+    A group: that group. False: nobody.
     """
     if process_group is False:
-        return None
+        return _alone(world, seed_given)
     up = dist.is_available() and dist.is_initialized()
     if process_group is not None:
         if not up or not isinstance(process_group, dist.ProcessGroup):
@@ -86,49 +135,98 @@ def agreement_group(world: World, process_group: Any, version_pinned: bool) -> A
                 f"process_group: rank {dist.get_rank()} is not a member of the group it was "
                 "given; pass the group of the ranks that build this dataset, on those ranks"
             )
+        _refuse_one_per_data_rank(world, process_group, version_given, seed_given)
         return process_group
     if not up or dist.get_world_size() == 1:
-        return None
-    if (world.rank, world.world_size) != (dist.get_rank(), dist.get_world_size()):
-        if world.world_size > 1 and not version_pinned:
-            warnings.warn(
-                f"StreamingDataset rank={world.rank}, world_size={world.world_size} is not this "
-                f"process's place in torch.distributed (rank {dist.get_rank()} of "
-                f"{dist.get_world_size()}), so its ranks do not agree on the table version; "
-                "pass process_group=<the group of its ranks> or version=<int>",
-                stacklevel=3,
-            )
-        return None
-    return dist.group.WORLD
+        return _alone(world, seed_given)
+    if (world.rank, world.world_size) == (dist.get_rank(), dist.get_world_size()):
+        return dist.group.WORLD
+    if world.world_size == 1 or (version_given and seed_given):
+        return _alone(world, seed_given)
+    raise ValueError(
+        f"StreamingDataset rank={world.rank}, world_size={world.world_size} is not this "
+        f"process's place in torch.distributed (rank {dist.get_rank()} of "
+        f"{dist.get_world_size()}), so the loader cannot tell which processes build it and "
+        f"agree with them on one table version and seed. {_HOW_TO_AGREE}"
+    )
 
 
-def agree_with_rank0(value: int | None, group: Any | None, what: str) -> int | None:
-    """Rank 0's `value` (an int64 or None) on every rank of `group` (one broadcast); `value`
-    itself when `group` is None or has one rank. Waits AGREE_TIMEOUT_S at most.
+_HOW_TO_AGREE = (
+    "Pass mesh=<DeviceMesh> (data split over its data-parallel dims, agreed over every "
+    "process of the mesh), or process_group=<every process that reads this data: all "
+    "processes for tensor or context parallel, the reading stages for pipeline parallel>, "
+    "or pin both yourself: version=<int> and shuffle_seed=<int>, the same on every process"
+)
 
-    Used once at a fresh start for the table version, so a write landing while ranks start
-    cannot hand two ranks two different tables; and for a picked shuffle seed.
-    """
-    if group is None or dist.get_world_size(group) == 1:
-        return value
-    if value is not None and not -_INT64 <= value < _INT64:
-        raise ValueError(f"{what}={value} does not fit the int64 it is broadcast in")
-    box = torch.tensor([value is None, value or 0], dtype=torch.int64, device=_device(group))
+
+def _alone(world: World, seed_given: bool) -> Any | None:
+    """No group: fine for one rank, or when every rank was given the same seed."""
+    if world.world_size > 1 and not seed_given:
+        raise ValueError(
+            "shuffle_seed=None picks a seed on rank 0 and shares it through "
+            "torch.distributed, but no process group covers this dataset's ranks here "
+            "(torch.distributed not initialised, rank/world_size not the process's, or "
+            "process_group=False); pass shuffle_seed=<int> (the same on every rank), call "
+            "init_process_group first, pass process_group=<the group of its ranks>, or mesh="
+        )
+    return None
+
+
+def _refuse_one_per_data_rank(
+    world: World, group: Any, version_given: bool, seed_given: bool
+) -> None:
+    """A group of at most one process per data rank, in a job with more processes, leaves
+    out processes that read the same data (the other tensor-parallel peers): agreeing over
+    it would give each such group its own version or seed. Every process of the job sees the
+    same sizes, so every one refuses alike."""
+    size, job = dist.get_world_size(group), dist.get_world_size()
+    if world.world_size == 1 or size > world.world_size or size == job:
+        return
+    if version_given and seed_given:
+        return
+    missing = "shuffle_seed=None" if not seed_given else "version=None"
+    raise ValueError(
+        f"{missing} agreed over a process_group of {size} processes for a dataset of "
+        f"world_size={world.world_size}, in a job of {job} processes: the processes left out "
+        "(e.g. tensor-parallel peers of the same data-parallel rank) would agree on their own "
+        "seed and table version and read other rows. Pass shuffle_seed=<int> and "
+        "version=<int> (the same on every process), or mesh=<DeviceMesh>, or a process_group "
+        "of every process that reads this data"
+    )
+
+
+def _broadcast_pins(version: int | None, seed: int, group: Any) -> tuple[int | None, int]:
+    """Rank 0's (version, seed) on every rank of `group`: one broadcast, AGREE_TIMEOUT_S at
+    most. Used once at a fresh start, so a write landing while ranks start cannot hand two
+    ranks two different tables."""
+    if version is not None and not -_INT64 <= version < _INT64:
+        raise ValueError(f"version={version} does not fit the int64 it is broadcast in")
+    box = torch.tensor([version is None, version or 0, seed], dtype=torch.int64)
+    box = box.to(_device(group))
     src = dist.get_global_rank(group, 0)
     _bounded_wait(
         dist.broadcast(box, src, group=group, async_op=True),
         lambda limit_s, err: (
             f"StreamingDataset on rank {dist.get_rank()}: the ranks of its process group did "
-            f"not agree on the {what} within {limit_s:g} s ({err}; ${ENV_AGREE_TIMEOUT} sets "
-            "the limit, for ranks that legitimately start far apart). Every rank "
-            "of the group must build this dataset. A dataset that one rank builds alone "
-            "(e.g. for evaluation) needs rank=0, world_size=1 (or process_group=False); for a "
-            "subset of ranks pass process_group=<their group>; or pin it yourself: "
-            "version=<int> (and shuffle_seed=<int>)"
+            f"not agree on the table version within {limit_s:g} s ({err}; "
+            f"${ENV_AGREE_TIMEOUT} sets the limit, for ranks that legitimately start far "
+            "apart). Every rank of the group must build this dataset. A dataset that one rank "
+            "builds alone (e.g. for evaluation) needs rank=0, world_size=1 (or "
+            "process_group=False); for a subset of ranks pass process_group=<their group>; "
+            "or pin it yourself: version=<int> (and shuffle_seed=<int>)"
         ),
     )
-    is_none, agreed = box.tolist()
-    return None if is_none else int(agreed)
+    is_none, agreed, agreed_seed = box.tolist()
+    return (None if is_none else int(agreed)), int(agreed_seed)
+
+
+def every_process() -> Any | None:
+    """torch.distributed's default group when it is up with several processes, else None:
+    the processes that all hold one loader (data-parallel ranks and their replicas alike),
+    which a call every process makes alike (set_weights) is checked over."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.group.WORLD
+    return None
 
 
 def gather_from_ranks(values: list[int], group: Any | None, what: str) -> list[list[int]]:

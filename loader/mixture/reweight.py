@@ -2,8 +2,8 @@
 
 New weights begin a phase at global step t (`loader.mixture.weights`): from t on the new
 phase's counts hold exactly, and every phase after t is replaced. Every rank must call it
-with the same arguments: with torch.distributed initialised (and the mixture's rank and
-world size those of the default group), the ranks gather a digest of (weights, t) and of
+with the same arguments: with torch.distributed initialised, every process (data-parallel
+ranks and, on a mesh, their replicas: all hold the loader) gathers a digest of (weights, t) and of
 whether each could apply it, and all raise when they differ (within the agreement timeout,
 never a silent divergence). A t that this rank has already read ahead of (tasks handed to
 workers or to the read-ahead threads) is refused on every rank: redoing a read-ahead would
@@ -20,7 +20,7 @@ from typing import Any
 
 from loader import args
 from loader.mixture.weights import Phase, Weights, with_phase
-from loader.world import agreement_group, gather_from_ranks
+from loader.world import every_process, gather_from_ranks
 
 OK, TOO_LATE = 0, 1
 
@@ -41,7 +41,7 @@ def set_weights(mixture: Any, weights: Sequence[Any], at_step: int) -> None:  # 
     reached = progress.read_ahead_to()
     unchanged = phases == plan.phases  # called again (e.g. after a resume): nothing to do
     verdict = OK if unchanged or step >= reached else TOO_LATE
-    group = agreement_group(mixture.world, None, version_pinned=True)
+    group = every_process()
     said = gather_from_ranks([digest(shares, step), verdict], group, "set_weights")
     if len({d for d, _ in said}) > 1:
         differ = [r for r, (d, _) in enumerate(said) if d != said[0][0]]
