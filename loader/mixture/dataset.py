@@ -18,6 +18,7 @@ from loader import args
 from loader import state as st
 from loader.dataset import StreamingDataset
 from loader.mixture import state as ms
+from loader.mixture.columns import check_columns
 from loader.mixture.plan import (
     ALL_PASSES,
     FIRST_PASS,
@@ -88,6 +89,7 @@ class MixedDataset(OnWorld):
                     f"[{self.names[0]!r}] rank {first.rank} of {first.world_size}: build all on one world"
                 )
         self._check_packing()
+        check_columns(self.names, self.datasets)
         self._weights_given = weights is not None
         if weights is None:
             weights = by_size(
