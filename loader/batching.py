@@ -29,14 +29,15 @@ _IN_ORDER = (
 
 def pending_tasks(stream: Stream, progress: Position, per_read: int) -> Iterator[Any]:
     """The stream's tasks of up to `per_read` batches, leaving out batches already handed
-    out (ahead of the others, with in_order=False)."""
+    out (ahead of the others, with in_order=False), up to the next range of steps to skip
+    (asked as each task is issued, so a range registered meanwhile counts)."""
     index = 0
-    while index < stream.num_batches:
+    while index < (limit := progress.issue_limit(stream)):  # no further than a range to skip
         if progress.handed_out(index):
             index += 1
             continue
         stop = index + 1
-        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
+        while stop < min(index + per_read, limit) and not progress.handed_out(stop):
             stop += 1
         yield stream.task(index, stop - index)
         index = stop

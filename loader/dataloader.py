@@ -24,6 +24,7 @@ from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
 from loader.read.prefetch import auto_reads_in_flight, map_ahead
 from loader.readable import Position, Readable, Stream, tell_mixture
+from loader.skips import already_skipped
 from loader.telemetry import reporter
 from loader.workers.context import clean_worker_context
 from loader.workers.mainguard import check_main_guard
@@ -329,15 +330,26 @@ class StreamingDataLoader(DataLoader[Any]):
         the dashboard's Timeline; every other row still comes once. Global steps count
         batches since the run began (`global_step`). A range may run past an epoch's end:
         the `for` loop over that epoch ends, and the rest is skipped as the next one starts.
+        A range not yet reached is kept in the state (`skips_pending`) and skipped after a
+        resume on any W; registering a range again (pending, or skipped already) is a no-op.
+        With `in_order=False` the loader reads no batch of a range ahead of it; a range
+        registered while a `for` runs may find batches of it handed out already (workers
+        finish out of order): those count as read, not skipped.
         """
         start = args.integer("start", start, 0)
         stop = args.integer("stop", stop, start + 1)
-        if stop <= self.global_step:
+        progress = self.progress
+        frontier = progress.frontier()
+        if stop <= frontier:
+            if already_skipped(start, stop, progress.steps_skipped):
+                return  # registered again (at every start, from a config): done already
             raise ValueError(
                 f"steps [{start}, {stop}) are behind the position (global_step="
                 f"{self.global_step}); skip steps at or after it"
             )
-        self.progress.skips.append((max(start, self.global_step), stop))
+        if progress.skips.covers(max(start, frontier), stop):
+            return  # pending already (in the state, or registered before)
+        progress.skips.add(max(start, frontier), stop)
         self._telemetry.steps_skipped(start, stop, self.global_step)
 
     def _batches(self, stream: Stream) -> Iterator[Any]:

@@ -226,6 +226,11 @@ class MixedDataset(OnWorld):
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
             ms.KEY_SUPPLIED: list(pos.supplied),
             ms.KEY_STEPS_SKIPPED: [list(r) for r in self.progress.steps_skipped],
+            **(
+                {ms.KEY_SKIPS_PENDING: pending}
+                if (pending := self.progress.skips.pending(pos.global_step))
+                else {}
+            ),
             ms.KEY_SOURCES: [
                 ds.state_at(at.epoch, list(at.cursors))
                 for ds, at in zip(self.datasets, pos.sources, strict=True)
@@ -273,6 +278,8 @@ class MixedDataset(OnWorld):
         else:  # a new phase from the resumed step on
             phase_start, counts = global_step, (0,) * len(self.names)
         self.progress.steps_skipped = [list(r) for r in state.get(ms.KEY_STEPS_SKIPPED, [])]
+        for start, stop in state.get(ms.KEY_SKIPS_PENDING, []):  # with those registered here
+            self.progress.skips.add(start, stop)
         self.progress.move(
             MixPosition(
                 epoch=state[st.KEY_EPOCH],

@@ -26,6 +26,7 @@ KEY_EPOCH_PASSES = "epoch_passes"  # each dataset's pass when the mixture epoch 
 KEY_SUPPLIED = "supplied"  # units (rows or blocks) per dataset since the run began
 KEY_SOURCES = "sources"  # per dataset: its own state
 KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [first, stop) global steps jumped (skip_steps)
+KEY_SKIPS_PENDING = st.KEY_SKIPS_PENDING  # optional: [start, stop) ranges not yet reached
 
 REQUIRED = (
     st.KEY_FORMAT,
@@ -91,6 +92,8 @@ def check_mixture_state(state: Any) -> None:
         isinstance(r, list) and len(r) == 2 and all(st.is_count(v) for v in r) for r in skipped
     ):
         raise st.StateError(KEY_STEPS_SKIPPED, f"is {skipped!r}, expected [[first, stop], ...]")
+    if KEY_SKIPS_PENDING in state:
+        st.check_pending_ranges(state[KEY_SKIPS_PENDING])
     sources = state[KEY_SOURCES]
     if not isinstance(sources, list) or len(sources) != count:
         raise st.StateError(KEY_SOURCES, f"must hold one state per name ({count})")
