@@ -282,11 +282,11 @@ def test_derive_packed_fields_refuses_what_would_give_wrong_fields() -> None:
     derive_packed_fields(ids, short, check=False)  # the caller's choice: no host read
     with pytest.raises(ValueError, match="does not describe"):
         derive_packed_fields(ids, short, check=True)
-    with pytest.raises(TypeError, match="cu_seqlens has dtype torch.float32"):
+    with pytest.raises(TypeError, match=r"cu_seqlens has dtype torch\.float32"):
         derive_packed_fields(ids, cu.float())
-    with pytest.raises(TypeError, match="input_ids has dtype torch.float32"):
+    with pytest.raises(TypeError, match=r"input_ids has dtype torch\.float32"):
         derive_packed_fields(ids.float(), cu)
-    with pytest.raises(TypeError, match="dtype=torch.float32"):
+    with pytest.raises(TypeError, match=r"dtype=torch\.float32"):
         derive_packed_fields(ids, cu, dtype=torch.float32)
     with pytest.raises(ValueError, match="expected 2 dimensions"):
         derive_packed_fields(ids.reshape(-1), cu)
