@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 SEED_LIMIT = 2**64  # seeds are 64-bit: [0, 2**64)
+COUNT_LIMIT = 2**63  # counts a state holds (G, epoch, steps) are int64: [0, 2**63)
 
 
 def _shown(value: Any) -> str:

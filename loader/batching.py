@@ -67,9 +67,11 @@ def batching_of(
     world = dataset.world_size
     if global_batch_size is None:
         batch_size = args.integer("batch_size", 1 if batch_size is DEFAULT_BATCH else batch_size, 1)
+        _check_storable("batch_size", batch_size, world)
         check_fits(dataset, world, batch_size * world)
         return Batching(batch_size, drop_last)
     global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
+    _check_storable("global_batch_size", global_batch_size, 1)
     if batch_size is not DEFAULT_BATCH:
         batch_size = args.integer("batch_size", batch_size, 1)
         if batch_size * world != global_batch_size:
@@ -80,6 +82,17 @@ def batching_of(
             )
     check_fits(dataset, world, global_batch_size)
     return Batching(None, drop_last, global_batch_size)
+
+
+def _check_storable(name: str, value: int, world: int) -> None:
+    """The state holds G = value * world as an int64: refuse at construction a G it could
+    not hold (the run would train, then fail to save or load its own state)."""
+    if value * world >= args.COUNT_LIMIT:
+        per = f" on world_size={world}" if world > 1 else ""
+        raise ValueError(
+            f"{name}={value}{per} makes a global batch of {value * world}; the state holds it "
+            f"as an int64, so it must be below 2**63 ({args.COUNT_LIMIT})"
+        )
 
 
 def check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) -> bool | None:

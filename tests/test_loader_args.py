@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.tables import make_rows
 
 SEED_RANGE = r"shuffle_seed must be an integer \[0, 18446744073709551616\)"
 
@@ -202,3 +203,19 @@ def test_process_group_is_checked_naming_it(
     monkeypatch.setenv("ELASTIC_LOADER_AGREE_TIMEOUT_S", "soon")
     with pytest.raises(ValueError, match=r"ELASTIC_LOADER_AGREE_TIMEOUT_S='soon': expected a"):
         agree_timeout_s()
+
+
+@pytest.mark.parametrize("g", [2**63, 2**64])
+def test_a_global_batch_the_state_cannot_hold_is_refused_at_construction(g: int) -> None:
+    """Issue 24 item 10: G of 2**63 or 2**64 constructed and trained, then its own
+    state_dict() could be neither saved nor loaded."""
+    ds = StreamingDataset(make_rows(0, 40), num_splits=4)
+    with pytest.raises(ValueError, match=r"global_batch_size=\d+ makes .* below 2\*\*63"):
+        StreamingDataLoader(ds, global_batch_size=g)
+    two = StreamingDataset(make_rows(0, 40), num_splits=4, rank=0, world_size=2)
+    with pytest.raises(ValueError, match=r"batch_size=\d+ on world_size=2 makes .* below 2\*\*63"):
+        StreamingDataLoader(two, batch_size=g // 2)
+    top = StreamingDataLoader(ds, global_batch_size=2**63 - 4)  # the largest that fits S=4
+    state = top.state_dict()
+    assert state["global_batch_size"] == 2**63 - 4
+    StreamingDataLoader(ds, global_batch_size=2**63 - 4).load_state_dict(state)
