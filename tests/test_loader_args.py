@@ -219,3 +219,33 @@ def test_a_global_batch_the_state_cannot_hold_is_refused_at_construction(g: int)
     state = top.state_dict()
     assert state["global_batch_size"] == 2**63 - 4
     StreamingDataLoader(ds, global_batch_size=2**63 - 4).load_state_dict(state)
+
+
+def test_one_checker_for_the_public_surface(tmp_path: Any) -> None:
+    """Issue 24 item 12: rows_at_step(rank=1.5) mixed ranks 1 and 2, rank=True answered as
+    rank 1, and numpy integers or numpy weights were refused though accepted elsewhere."""
+    from loader import MixedDataset, RunPosition, check_world_size, owned_splits, rows_at_step
+    from loader import supported_world_sizes
+
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=2)
+    state = StreamingDataLoader(ds, global_batch_size=8).state_dict()
+    run = RunPosition.from_state(state)
+    for bad in (1.5, True, np.float64(1.0), np.bool_(True)):
+        with pytest.raises(TypeError, match=r"rank must be an integer >= 0, got"):
+            rows_at_step(run, 3, rank=bad)
+        with pytest.raises(TypeError, match=r"step must be an integer >= 0, got"):
+            rows_at_step(run, bad, rank=1)
+        with pytest.raises(TypeError, match=r"rank must be an integer"):
+            owned_splits(bad, 2, 4)
+        with pytest.raises(TypeError, match=r"world_size must be an integer"):
+            check_world_size(4, bad)
+    wide = rows_at_step(run, np.int64(3), rank=np.int32(1))
+    assert wide.positions.tolist() == rows_at_step(run, 3, rank=1).positions.tolist()
+    assert supported_world_sizes(np.int64(12)) == supported_world_sizes(12)
+    a = StreamingDataset(make_rows(0, 40), num_splits=2)
+    b = StreamingDataset(make_rows(100, 140), num_splits=2)
+    for weights in ([np.int64(3), np.int64(1)], [np.float32(0.75), np.float32(0.25)]):
+        assert MixedDataset([a, b], weights).weights == [0.75, 0.25]
+    for bad_weight in (True, "1", np.bool_(False)):
+        with pytest.raises(TypeError, match=r"weights\[0\] must be a number >= 0"):
+            MixedDataset([a, b], [bad_weight, 1])
