@@ -224,8 +224,14 @@ def test_a_global_batch_the_state_cannot_hold_is_refused_at_construction(g: int)
 def test_one_checker_for_the_public_surface(tmp_path: Any) -> None:
     """Issue 24 item 12: rows_at_step(rank=1.5) mixed ranks 1 and 2, rank=True answered as
     rank 1, and numpy integers or numpy weights were refused though accepted elsewhere."""
-    from loader import MixedDataset, RunPosition, check_world_size, owned_splits, rows_at_step
-    from loader import supported_world_sizes
+    from loader import (
+        MixedDataset,
+        RunPosition,
+        check_world_size,
+        owned_splits,
+        rows_at_step,
+        supported_world_sizes,
+    )
 
     ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=2)
     state = StreamingDataLoader(ds, global_batch_size=8).state_dict()
