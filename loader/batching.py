@@ -3,7 +3,7 @@ default read size, which torch arguments it takes, and the tasks still to read."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from loader import args
@@ -111,3 +111,23 @@ def check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) 
     if kwargs.get("in_order", True) is not True and isinstance(dataset, MixedDataset):
         raise ValueError("in_order=False: a mixture's batches are recorded in order")
     return None if shuffle is None else args.boolean("shuffle", shuffle)
+
+
+class _Then:
+    """`first`, then `second`, on each batch (picklable for workers under spawn)."""
+
+    def __init__(self, first: Callable[[Any], Any], second: Callable[[Any], Any]) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, batch: Any) -> Any:
+        return self.second(self.first(batch))
+
+
+def then(
+    first: Callable[[Any], Any] | None, second: Callable[[Any], Any] | None
+) -> Callable[[Any], Any] | None:
+    """The loader's per-batch function: `batch_transform`, then torch's `collate_fn` (which
+    can only apply to batches the loader made: it collates rows itself)."""
+    if first is None or second is None:
+        return first or second
+    return _Then(first, second)

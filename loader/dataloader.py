@@ -143,6 +143,10 @@ class StreamingDataLoader(DataLoader[Any]):
             been read from it and no state loaded (its seed is kept); once reading started,
             a `shuffle` that contradicts the dataset is refused. None: the dataset's.
         batch_transform: called on each batch dict inside the worker.
+        collate_fn: torch's argument, applied the only way it can be: to each batch the
+            loader has already made (a dict of tensors of b rows, in the elastic order), in
+            the worker, after `batch_transform`; the loader reads and collates rows itself,
+            so it never sees single rows.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
         total_epochs, total_steps: how long the job means to run, if it knows: the
@@ -222,16 +226,21 @@ class StreamingDataLoader(DataLoader[Any]):
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
+        collate_fn = args.callable_or_none("collate_fn", kwargs.pop("collate_fn", None))
         self._workers_read: Any = None  # what persistent workers were started on
         self._latest_workers: WorkerPids | None = None  # of the latest iteration
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
-        kwargs.setdefault("collate_fn", _as_is)
+        kwargs["collate_fn"] = _as_is  # the reader collates; a user's collate_fn runs after it
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = clean_worker_context()
         self._stacks = StackDumps()  # where workers write their stacks when a wait times out
         kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
-            _BatchReads(dataset, batch_transform, reads_in_flight if num_workers > 0 else 1),
+            _BatchReads(
+                dataset,
+                batching.then(batch_transform, collate_fn),
+                reads_in_flight if num_workers > 0 else 1,
+            ),
             batch_size=None,
             sampler=sampler,
             num_workers=num_workers,

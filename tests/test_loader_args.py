@@ -255,3 +255,30 @@ def test_one_checker_for_the_public_surface(tmp_path: Any) -> None:
     for bad_weight in (True, "1", np.bool_(False)):
         with pytest.raises(TypeError, match=r"weights\[0\] must be a number >= 0"):
             MixedDataset([a, b], [bad_weight, 1])
+
+
+def _ids_plus_one(batch: dict[str, Any]) -> dict[str, Any]:
+    return {"id": batch["id"] + 1}
+
+
+def _as_tuple(batch: dict[str, Any]) -> tuple[Any, int]:
+    return batch["id"], len(batch["id"])
+
+
+def test_collate_fn_applies_to_the_loaders_batches() -> None:
+    """Issue 24 item 13: collate_fn was accepted and silently ignored. It runs on each batch
+    the loader made (after batch_transform), in the process that reads (picklable for workers)."""
+    import pickle
+
+    ds = StreamingDataset(make_rows(0, 40), columns=["id"], num_splits=2, shuffle=False)
+    plain = [b["id"].tolist() for b in StreamingDataLoader(ds, batch_size=8)]
+    dl = StreamingDataLoader(ds, batch_size=8, collate_fn=_as_tuple)
+    got = list(dl)
+    assert [(ids.tolist(), n) for ids, n in got] == [(ids, len(ids)) for ids in plain]
+    both = StreamingDataLoader(
+        ds, batch_size=8, batch_transform=_ids_plus_one, collate_fn=_as_tuple
+    )
+    assert [ids.tolist() for ids, _ in both] == [[i + 1 for i in ids] for ids in plain]
+    pickle.loads(pickle.dumps(both.dataset))  # what workers receive
+    with pytest.raises(TypeError, match="collate_fn must be a function or None"):
+        StreamingDataLoader(ds, batch_size=8, collate_fn="stack")
