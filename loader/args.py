@@ -1,17 +1,34 @@
-"""Constructor arguments checked once, at construction, each error naming the argument,
-the value it got and the range it accepts (a late TypeError deep in NumPy names none)."""
+"""Arguments of the public surface checked in one place, each error naming the argument,
+the value it got and the range it accepts (a late TypeError deep in NumPy names none).
+
+One rule everywhere: an integer is any `numbers.Integral` (numpy's int64 too) but never a
+bool (`rank=True` is not rank 1) nor a float (`rank=1.5` is not rank 1); a number (a
+weight) is any finite real (numpy's float32 too) but never a bool. Standard library only
+(numpy's types are told by their registration in `numbers` and their dtype), so the
+layout formulas the dashboard shares check their arguments here too.
+"""
 
 from __future__ import annotations
 
 import math
 import warnings
 from collections.abc import Callable, Collection
+from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any
 
-import numpy as np
-
 SEED_LIMIT = 2**64  # seeds are 64-bit: [0, 2**64)
+COUNT_LIMIT = 2**63  # counts a state holds (G, epoch, steps) are int64: [0, 2**63)
+
+
+def _is_bool(value: Any) -> bool:
+    """A bool, Python's or numpy's (np.bool_ is no `numbers` type; its dtype kind is "b")."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
+
+
+def is_integer(value: Any) -> bool:
+    """An integer by the one rule: `numbers.Integral` (numpy's too), never a bool."""
+    return isinstance(value, Integral) and not _is_bool(value)
 
 
 def _shown(value: Any) -> str:
@@ -21,12 +38,33 @@ def _shown(value: Any) -> str:
 def integer(name: str, value: Any, low: int, high: int | None = None) -> int:
     """`value` as an int in [low, high) (high None: no upper bound), else ValueError/TypeError."""
     span = f"[{low}, {high})" if high is not None else f">= {low}"
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if not is_integer(value):
         raise TypeError(f"{name} must be an integer {span}, got {_shown(value)}")
     number = int(value)
     if number < low or (high is not None and number >= high):
         raise ValueError(f"{name} must be an integer {span}, got {number}")
     return number
+
+
+def fraction(name: str, value: Any, float_denominator: int = 10**6) -> Fraction:
+    """`value` >= 0 as an exact Fraction: an integer or Fraction as given, a float (numpy's
+    too) as the nearest fraction with a denominator up to `float_denominator` (0.7 -> 7/10)."""
+    if _is_bool(value) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number >= 0, got {_shown(value)}")
+    if isinstance(value, Integral | Fraction):
+        out = Fraction(int(value)) if isinstance(value, Integral) else value
+    else:
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        out = Fraction(number).limit_denominator(float_denominator)
+        if number > 0 and out == 0:
+            raise ValueError(
+                f"{name}={value!r} is below {1 / float_denominator:g}; give the weights as integers"
+            )
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return out
 
 
 def optional_integer(name: str, value: Any, low: int, high: int | None = None) -> int | None:
@@ -35,7 +73,7 @@ def optional_integer(name: str, value: Any, low: int, high: int | None = None) -
 
 def boolean(name: str, value: Any) -> bool:
     """A real bool (numpy's too): `shuffle="no"` would otherwise count as True."""
-    if isinstance(value, bool | np.bool_):
+    if _is_bool(value) and not hasattr(value, "__len__"):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {_shown(value)}")
 

@@ -4,7 +4,7 @@ default read size, which torch arguments it takes, and the tasks still to read."
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
@@ -32,14 +32,15 @@ _IN_ORDER = (
 
 def pending_tasks(stream: Stream, progress: Position, per_read: int) -> Iterator[Any]:
     """The stream's tasks of up to `per_read` batches, leaving out batches already handed
-    out (ahead of the others, with in_order=False)."""
+    out (ahead of the others, with in_order=False), up to the next range of steps to skip
+    (asked as each task is issued, so a range registered meanwhile counts)."""
     index = 0
-    while index < stream.num_batches:
+    while index < (limit := progress.issue_limit(stream)):  # no further than a range to skip
         if progress.handed_out(index):
             index += 1
             continue
         stop = index + 1
-        while stop < min(index + per_read, stream.num_batches) and not progress.handed_out(stop):
+        while stop < min(index + per_read, limit) and not progress.handed_out(stop):
             stop += 1
         yield stream.task(index, stop - index)
         index = stop
@@ -165,9 +166,11 @@ def _fixed_batching(
     world = dataset.world_size
     if global_batch_size is None:
         batch_size = args.integer("batch_size", 1 if batch_size is DEFAULT_BATCH else batch_size, 1)
+        _check_storable("batch_size", batch_size, world)
         check_fits(dataset, world, batch_size * world)
         return Batching(batch_size, drop_last)
     global_batch_size = args.integer("global_batch_size", global_batch_size, 1)
+    _check_storable("global_batch_size", global_batch_size, 1)
     if batch_size is not DEFAULT_BATCH:
         batch_size = args.integer("batch_size", batch_size, 1)
         if batch_size * world != global_batch_size:
@@ -178,6 +181,17 @@ def _fixed_batching(
             )
     check_fits(dataset, world, global_batch_size)
     return Batching(None, drop_last, global_batch_size)
+
+
+def _check_storable(name: str, value: int, world: int) -> None:
+    """The state holds G = value * world as an int64: refuse at construction a G it could
+    not hold (the run would train, then fail to save or load its own state)."""
+    if value * world >= args.COUNT_LIMIT:
+        per = f" on world_size={world}" if world > 1 else ""
+        raise ValueError(
+            f"{name}={value}{per} makes a global batch of {value * world}; the state holds it "
+            f"as an int64, so it must be below 2**63 ({args.COUNT_LIMIT})"
+        )
 
 
 def check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) -> bool | None:
@@ -196,3 +210,23 @@ def check_torch_kwargs(dataset: Readable, shuffle: Any, kwargs: dict[str, Any]) 
     if kwargs.get("in_order", True) is not True and isinstance(dataset, MixedDataset):
         raise ValueError("in_order=False: a mixture's batches are recorded in order")
     return None if shuffle is None else args.boolean("shuffle", shuffle)
+
+
+class _Then:
+    """`first`, then `second`, on each batch (picklable for workers under spawn)."""
+
+    def __init__(self, first: Callable[[Any], Any], second: Callable[[Any], Any]) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, batch: Any) -> Any:
+        return self.second(self.first(batch))
+
+
+def then(
+    first: Callable[[Any], Any] | None, second: Callable[[Any], Any] | None
+) -> Callable[[Any], Any] | None:
+    """The loader's per-batch function: `batch_transform`, then torch's `collate_fn` (which
+    can only apply to batches the loader made: it collates rows itself)."""
+    if first is None or second is None:
+        return first or second
+    return _Then(first, second)

@@ -24,6 +24,7 @@ from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
 from loader.read.prefetch import auto_reads_in_flight, map_ahead
 from loader.readable import Position, Readable, Stream, tell_mixture
+from loader.skips import already_skipped
 from loader.telemetry import reporter
 from loader.workers.context import clean_worker_context
 from loader.workers.mainguard import check_main_guard
@@ -148,6 +149,10 @@ class StreamingDataLoader(DataLoader[Any]):
             been read from it and no state loaded (its seed is kept); once reading started,
             a `shuffle` that contradicts the dataset is refused. None: the dataset's.
         batch_transform: called on each batch dict inside the worker.
+        collate_fn: torch's argument, applied the only way it can be: to each batch the
+            loader has already made (a dict of tensors of b rows, in the elastic order), in
+            the worker, after `batch_transform`; the loader reads and collates rows itself,
+            so it never sees single rows.
         telemetry, run_id: collector URL and run name (default: ELASTIC_LOADER_TELEMETRY,
             ELASTIC_LOADER_RUN_ID); no URL anywhere means no telemetry.
         total_epochs, total_steps: how long the job means to run, if it knows: the
@@ -232,16 +237,21 @@ class StreamingDataLoader(DataLoader[Any]):
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
+        collate_fn = args.callable_or_none("collate_fn", kwargs.pop("collate_fn", None))
         self._workers_read: Any = None  # what persistent workers were started on
         self._latest_workers: WorkerPids | None = None  # of the latest iteration
         sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
-        kwargs.setdefault("collate_fn", _as_is)
+        kwargs["collate_fn"] = _as_is  # the reader collates; a user's collate_fn runs after it
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = clean_worker_context()
         self._stacks = StackDumps()  # where workers write their stacks when a wait times out
         kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
-            _BatchReads(dataset, batch_transform, reads_in_flight if num_workers > 0 else 1),
+            _BatchReads(
+                dataset,
+                batching.then(batch_transform, collate_fn),
+                reads_in_flight if num_workers > 0 else 1,
+            ),
             batch_size=None,
             sampler=sampler,
             num_workers=num_workers,
@@ -340,15 +350,26 @@ class StreamingDataLoader(DataLoader[Any]):
         the dashboard's Timeline; every other row still comes once. Global steps count
         batches since the run began (`global_step`). A range may run past an epoch's end:
         the `for` loop over that epoch ends, and the rest is skipped as the next one starts.
+        A range not yet reached is kept in the state (`skips_pending`) and skipped after a
+        resume on any W; registering a range again (pending, or skipped already) is a no-op.
+        With `in_order=False` the loader reads no batch of a range ahead of it; a range
+        registered while a `for` runs may find batches of it handed out already (workers
+        finish out of order): those count as read, not skipped.
         """
         start = args.integer("start", start, 0)
         stop = args.integer("stop", stop, start + 1)
-        if stop <= self.global_step:
+        progress = self.progress
+        frontier = progress.frontier()
+        if stop <= frontier:
+            if already_skipped(start, stop, progress.steps_skipped):
+                return  # registered again (at every start, from a config): done already
             raise ValueError(
                 f"steps [{start}, {stop}) are behind the position (global_step="
                 f"{self.global_step}); skip steps at or after it"
             )
-        self.progress.skips.append((max(start, self.global_step), stop))
+        if progress.skips.covers(max(start, frontier), stop):
+            return  # pending already (in the state, or registered before)
+        progress.skips.add(max(start, frontier), stop)
         self._telemetry.steps_skipped(start, stop, self.global_step)
 
     def set_weights(self, weights: Sequence[Any], at_step: int) -> None:

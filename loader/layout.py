@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from loader import args
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -56,6 +58,7 @@ def supported_world_sizes(num_splits: int) -> list[int]:
     Divisors come in pairs (w, S/w) with w <= sqrt(S): O(sqrt(S)) steps, so even S = 2**40
     answers in a fraction of a second.
     """
+    num_splits = args.integer("num_splits", num_splits, 1)
     small = [w for w in range(1, math.isqrt(num_splits) + 1) if num_splits % w == 0]
     large = [num_splits // w for w in reversed(small) if w * w != num_splits]
     return small + large
@@ -92,6 +95,9 @@ def fit_reason(num_splits: int, world_size: int, global_batch: int | None = None
 
 def check_world_size(num_splits: int, world_size: int, global_batch: int | None = None) -> None:
     """Raise a ValueError saying why, and what works, when W cannot read this layout."""
+    num_splits = args.integer("num_splits", num_splits, 1)
+    world_size = args.integer("world_size", world_size, 1)
+    global_batch = args.optional_integer("global_batch", global_batch, 1)
     reason = fit_reason(num_splits, world_size, global_batch)
     if reason:
         raise ValueError(reason)
@@ -141,6 +147,7 @@ def owned_splits(
     rank: int, world_size: int, num_splits: int, global_batch: int | None = None
 ) -> range:
     """The contiguous splits rank `rank` reads from (whole or in part)."""
+    rank = args.integer("rank", rank, 0)
     pieces = rank_pieces(rank, world_size, num_splits, global_batch)
     return range(pieces[0].split, pieces[-1].split_stop)
 

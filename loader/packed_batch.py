@@ -72,16 +72,23 @@ def derive_packed_fields(
     cu_seqlens: torch.Tensor,
     pad_id: int | None = None,
     dtype: torch.dtype = torch.int64,
+    check: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """`labels`, `position_ids` and `document_ids` of a packed batch from its (B, seq_len)
     `input_ids` and `cu_seqlens`, equal to the default batch's, on their device (a few
-    vectorised ops, no host sync): so a loader can hand out only those two.
+    vectorised ops): so a loader can hand out only those two.
 
     `pad_id`: with `blocks_per_epoch` (padding), the pad id; a block's last piece made only
     of `pad_id` is then its padding (exact when `pad_id` is no document's token, as a
     special pad token is not). None (the default packing: no padding ever): no padding.
+    `dtype`: int64 or int32. Wrong inputs are refused, never turned into wrong fields:
+    integer tensors of the right shapes always; `cu_seqlens`' values too (0 first,
+    strictly increasing, every block's start b*seq_len among them, B*seq_len last) when
+    `check` is True, or None (the default) and `cu_seqlens` is on the CPU: reading a GPU
+    tensor's values would sync with the host every step, so pass check=True to pay that
+    (or check the CPU batch before moving it).
     """
-    blocks, seq_len = input_ids.shape
+    blocks, seq_len = _check_packed_inputs(input_ids, cu_seqlens, dtype, check)
     flat = input_ids.reshape(-1)
     cu = cu_seqlens.to(device=flat.device, dtype=torch.int64)
     starts = torch.zeros(flat.numel(), dtype=torch.int64, device=flat.device)
@@ -106,3 +113,48 @@ def derive_packed_fields(
         "position_ids": positions.view(shape).to(dtype),
         "document_ids": documents.view(shape).to(dtype),
     }
+
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _check_packed_inputs(
+    input_ids: Any, cu_seqlens: Any, dtype: Any, check: bool | None
+) -> tuple[int, int]:
+    """(B, seq_len) of checked inputs; a ValueError/TypeError naming the argument otherwise."""
+    if dtype not in _INDEX_DTYPES:
+        raise TypeError(f"dtype={dtype!r}; expected torch.int64 or torch.int32 (token indices)")
+    for name, value, ndim in (("input_ids", input_ids, 2), ("cu_seqlens", cu_seqlens, 1)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise TypeError(
+                f"{name} has dtype {value.dtype}; expected an integer tensor (as the packed "
+                f"batch gives it: input_ids int64/int32, cu_seqlens int32)"
+            )
+        if value.ndim != ndim:
+            raise ValueError(f"{name} has shape {tuple(value.shape)}; expected {ndim} dimensions")
+    blocks, seq_len = input_ids.shape
+    if blocks == 0 or seq_len == 0 or len(cu_seqlens) < blocks + 1:
+        raise ValueError(
+            f"input_ids of shape {tuple(input_ids.shape)} with cu_seqlens of {len(cu_seqlens)} "
+            f"entries: a packed batch has B >= 1 blocks of seq_len >= 1 tokens and at least "
+            f"B + 1 boundaries"
+        )
+    if check or (check is None and cu_seqlens.device.type == "cpu"):
+        cu = cu_seqlens.detach().to("cpu", torch.int64)
+        starts = torch.arange(blocks + 1, dtype=torch.int64) * seq_len
+        ok = (
+            int(cu[0]) == 0
+            and int(cu[-1]) == blocks * seq_len
+            and bool((cu[1:] > cu[:-1]).all())
+            and bool(torch.isin(starts, cu).all())
+        )
+        if not ok:
+            raise ValueError(
+                f"cu_seqlens {cu.tolist()[:12]}{' ...' if len(cu) > 12 else ''} does not "
+                f"describe {blocks} blocks of {seq_len} tokens: it must start at 0, increase "
+                f"strictly, hold every block's start (multiples of {seq_len}) and end at "
+                f"{blocks * seq_len}; pass the packed batch's own cu_seqlens"
+            )
+    return int(blocks), int(seq_len)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loader import state as st
+from loader.skips import SkipRanges
 from loader.stream import ROWS, Batching, RankStream, rank_stream
 from loader.world import World
 
@@ -49,7 +50,7 @@ class Progress:
         self._loaded_ahead: tuple[int, int, list[int]] | None = None  # (b, W, batches) of a state
         self.step = 0
         self.global_step = 0
-        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.skips = SkipRanges()  # global steps [start, stop) to jump over
         self.steps_skipped: list[list[int]] = []  # [start, stop, units] jumped so far
 
     # -- the position -------------------------------------------------------------------
@@ -169,24 +170,49 @@ class Progress:
 
     # -- skipping steps (Megatron's --skip-train-iteration-range) ------------------------
 
+    def frontier(self) -> int:
+        """The global step of the first batch not yet handed out (in order, `global_step`;
+        with batches handed out ahead of it, `in_order=False`, `global_step` counts those)."""
+        if self._ahead:
+            return self.global_step - len(self._ahead)
+        return self.global_step - (len(self._loaded_ahead[2]) if self._loaded_ahead else 0)
+
     def skip_due(self) -> bool:
-        """Whether the next batch's global step lies in a range to skip."""
-        return any(a <= self.global_step < b for a, b in self.skips)
+        """Whether the first batch not yet handed out lies in a range to skip."""
+        return self.skips.due(self.frontier()) is not None
+
+    def issue_limit(self, stream: RankStream) -> int:
+        """Batches of `stream` below the next range to skip: the loader reads no further, so
+        out of order (`in_order=False`) no batch of a range is handed out before the jump."""
+        if stream is not self._stream:
+            return stream.num_batches
+        start = self.skips.next_start(self.frontier())
+        if start is None:
+            return stream.num_batches
+        first = self.global_step - self._batches_done - len(self._ahead)  # batch 0's step
+        return max(0, min(stream.num_batches, start - first))
 
     def apply_skips(self, batching: Batching) -> None:
         """Jump over due steps: the position moves on by whole global steps (through the
         end of the epoch at most; the rest of a range is skipped when the next epoch
-        starts), and the units jumped are recorded in the state."""
-        while self.skip_due():
-            stop = next(b for a, b in self.skips if a <= self.global_step < b)
-            self._settle()
+        starts), and the units jumped are recorded in the state. Batches of the range
+        handed out before it was registered (ahead of the others, `in_order=False`) count
+        as read, not skipped; those handed out past it stay handed out."""
+        while (stop := self.skips.due(self.frontier())) is not None:
+            first = self.frontier()
+            self._settle()  # batches ahead of the prefix are now in `_loaded_ahead`
             stream = self.peek(batching)
-            steps = min(stop - self.global_step, stream.num_batches)
+            steps = min(stop - first, stream.num_batches)
+            size, world, ahead = self._loaded_ahead or (0, 0, [])
+            read = [i for i in ahead if i < steps]
+            rest = [i - steps for i in ahead if i >= steps]
             after = tuple(stream.cursors_after(steps))
             units = sum(after) - sum(stream.start)
-            self.steps_skipped.append([self.global_step, self.global_step + steps, units])
-            self.global_step += steps
-            self._move(stream.epoch, after, self.step + steps)
+            units -= sum(_batch_units(stream, i) for i in read)
+            self.steps_skipped.append([first, first + steps, units])
+            self.global_step += steps - len(read)
+            self._move(stream.epoch, after, self.step + steps - len(read))
+            self._loaded_ahead = (size, world, rest) if rest else None
             if steps == stream.num_batches:
                 self._next_epoch()
             if steps == 0:
@@ -205,6 +231,9 @@ class Progress:
         if self._ahead and not self.ended:
             batches = sorted(i - self._batches_done for i in self._ahead)
             ahead = {st.KEY_AHEAD: {"batch_size": self._stream_batch_size(), "batches": batches}}
+        elif self._loaded_ahead is not None and self._stream is None:  # loaded, or left by a skip
+            size, _, batches = self._loaded_ahead
+            ahead = {st.KEY_AHEAD: {"batch_size": size, "batches": list(batches)}}
         return {
             st.KEY_EPOCH: epoch,
             st.KEY_CURSORS: list(cursors),
@@ -215,6 +244,11 @@ class Progress:
             st.KEY_GLOBAL_BATCH: batching.rows_at(self.global_step, self.world.world_size),
             **({st.KEY_STEPS_SKIPPED: self.steps_skipped} if self.steps_skipped else {}),
             **schedule_state(batching, self.world.world_size),
+            **(
+                {st.KEY_SKIPS_PENDING: pending}
+                if (pending := self.skips.pending(self.frontier()))
+                else {}
+            ),
             **ahead,
         }
 
@@ -230,10 +264,13 @@ class Progress:
         step = _count(state.get(st.KEY_STEP))
         self.global_step = _count(state.get(st.KEY_GLOBAL_STEP), default=step)
         self.steps_skipped = [list(r) for r in state.get(st.KEY_STEPS_SKIPPED, [])]
+        for start, stop in state.get(st.KEY_SKIPS_PENDING, []):  # with those registered here
+            self.skips.add(start, stop)
         saved = state.get(st.KEY_AHEAD)
         ahead = None
         if saved is not None:
             ahead = (saved["batch_size"], int(state[st.KEY_WORLD_SIZE]), list(saved["batches"]))
+        self._loaded_ahead = None
         if all(c == rows_per_split for c in cursors):
             self._move(epoch, cursors, step)
             self._next_epoch()
@@ -249,6 +286,8 @@ def schedule_state(batching: Batching, world_size: int) -> dict[str, Any]:
         return {}
     first = [0, batching.global_rows(world_size)]
     return {st.KEY_BATCH_SCHEDULE: [first, *([at, g] for at, g in batching.schedule)]}
+def _batch_units(stream: RankStream, index: int) -> int:
+    return sum(stream.cursors_after(index + 1)) - sum(stream.cursors_after(index))
 
 
 def _count(value: Any, default: int = 0) -> int:

@@ -36,6 +36,7 @@ KEY_GLOBAL_STEP = "global_step"  # optional: states written before it existed la
 KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [start, stop, units] of each range jumped
 MAX_SKIPPED_RANGES = 10_000
 KEY_BATCH_SCHEDULE = "batch_schedule"  # optional: [[0, G0], [step, G], ...] of the run
+KEY_SKIPS_PENDING = "skips_pending"  # optional: [start, stop) of each range not yet reached
 KEY_AHEAD = "batches_ahead"  # optional (in_order=False): {"batch_size": b, "batches": [...]}
 # packed states: per split, the token offset inside the cursor's document; tokens dropped
 KEY_TOKEN_OFFSETS = "token_offsets"
@@ -129,7 +130,7 @@ def make_state(
         KEY_GLOBAL_BATCH: int(position[KEY_GLOBAL_BATCH]),
         **{
             k: position[k]
-            for k in (KEY_STEPS_SKIPPED, KEY_AHEAD, KEY_BATCH_SCHEDULE)
+            for k in (KEY_STEPS_SKIPPED, KEY_SKIPS_PENDING, KEY_AHEAD, KEY_BATCH_SCHEDULE)
             if k in position
         },
     }
@@ -211,6 +212,8 @@ def check_state(state: Any) -> None:
     check_count(KEY_STEP, state[KEY_STEP])
     if KEY_STEPS_SKIPPED in state:
         _check_skipped_ranges(state[KEY_STEPS_SKIPPED])
+    if KEY_SKIPS_PENDING in state:
+        check_pending_ranges(state[KEY_SKIPS_PENDING])
     if KEY_AHEAD in state:
         _check_ahead(state[KEY_AHEAD], num_splits * rows_per_split)
     if KEY_BATCH_SCHEDULE in state:
@@ -262,6 +265,21 @@ def _check_skipped_ranges(ranges: Any) -> None:
         if not isinstance(item, list) or len(item) != 3:
             raise StateError(field, f"is {item!r}, expected [start, stop, units]")
         start, stop, _ = (check_count(field, v) for v in item)
+        if start >= stop:
+            raise StateError(field, f"is {item!r}: start must be below stop")
+
+
+def check_pending_ranges(ranges: Any) -> None:
+    """A list of [start, stop] with 0 <= start < stop (ranges `skip_steps` has not reached)."""
+    if not isinstance(ranges, list) or len(ranges) > MAX_SKIPPED_RANGES:
+        raise StateError(
+            KEY_SKIPS_PENDING, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges"
+        )
+    for i, item in enumerate(ranges):
+        field = f"{KEY_SKIPS_PENDING}[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise StateError(field, f"is {item!r}, expected [start, stop]")
+        start, stop = (check_count(field, v) for v in item)
         if start >= stop:
             raise StateError(field, f"is {item!r}: start must be below stop")
 

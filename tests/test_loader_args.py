@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.tables import make_rows
 
 SEED_RANGE = r"shuffle_seed must be an integer \[0, 18446744073709551616\)"
 
@@ -202,3 +203,82 @@ def test_process_group_is_checked_naming_it(
     monkeypatch.setenv("ELASTIC_LOADER_AGREE_TIMEOUT_S", "soon")
     with pytest.raises(ValueError, match=r"ELASTIC_LOADER_AGREE_TIMEOUT_S='soon': expected a"):
         agree_timeout_s()
+
+
+@pytest.mark.parametrize("g", [2**63, 2**64])
+def test_a_global_batch_the_state_cannot_hold_is_refused_at_construction(g: int) -> None:
+    """Issue 24 item 10: G of 2**63 or 2**64 constructed and trained, then its own
+    state_dict() could be neither saved nor loaded."""
+    ds = StreamingDataset(make_rows(0, 40), num_splits=4)
+    with pytest.raises(ValueError, match=r"global_batch_size=\d+ makes .* below 2\*\*63"):
+        StreamingDataLoader(ds, global_batch_size=g)
+    two = StreamingDataset(make_rows(0, 40), num_splits=4, rank=0, world_size=2)
+    with pytest.raises(ValueError, match=r"batch_size=\d+ on world_size=2 makes .* below 2\*\*63"):
+        StreamingDataLoader(two, batch_size=g // 2)
+    top = StreamingDataLoader(ds, global_batch_size=2**63 - 4)  # the largest that fits S=4
+    state = top.state_dict()
+    assert state["global_batch_size"] == 2**63 - 4
+    StreamingDataLoader(ds, global_batch_size=2**63 - 4).load_state_dict(state)
+
+
+def test_one_checker_for_the_public_surface(tmp_path: Any) -> None:
+    """Issue 24 item 12: rows_at_step(rank=1.5) mixed ranks 1 and 2, rank=True answered as
+    rank 1, and numpy integers or numpy weights were refused though accepted elsewhere."""
+    from loader import (
+        MixedDataset,
+        RunPosition,
+        check_world_size,
+        owned_splits,
+        rows_at_step,
+        supported_world_sizes,
+    )
+
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, rank=0, world_size=2)
+    state = StreamingDataLoader(ds, global_batch_size=8).state_dict()
+    run = RunPosition.from_state(state)
+    for bad in (1.5, True, np.float64(1.0), np.bool_(True)):
+        with pytest.raises(TypeError, match=r"rank must be an integer >= 0, got"):
+            rows_at_step(run, 3, rank=bad)
+        with pytest.raises(TypeError, match=r"step must be an integer >= 0, got"):
+            rows_at_step(run, bad, rank=1)
+        with pytest.raises(TypeError, match=r"rank must be an integer"):
+            owned_splits(bad, 2, 4)
+        with pytest.raises(TypeError, match=r"world_size must be an integer"):
+            check_world_size(4, bad)
+    wide = rows_at_step(run, np.int64(3), rank=np.int32(1))
+    assert wide.positions.tolist() == rows_at_step(run, 3, rank=1).positions.tolist()
+    assert supported_world_sizes(np.int64(12)) == supported_world_sizes(12)
+    a = StreamingDataset(make_rows(0, 40), num_splits=2)
+    b = StreamingDataset(make_rows(100, 140), num_splits=2)
+    for weights in ([np.int64(3), np.int64(1)], [np.float32(0.75), np.float32(0.25)]):
+        assert MixedDataset([a, b], weights).weights == [0.75, 0.25]
+    for bad_weight in (True, "1", np.bool_(False)):
+        with pytest.raises(TypeError, match=r"weights\[0\] must be a number >= 0"):
+            MixedDataset([a, b], [bad_weight, 1])
+
+
+def _ids_plus_one(batch: dict[str, Any]) -> dict[str, Any]:
+    return {"id": batch["id"] + 1}
+
+
+def _as_tuple(batch: dict[str, Any]) -> tuple[Any, int]:
+    return batch["id"], len(batch["id"])
+
+
+def test_collate_fn_applies_to_the_loaders_batches() -> None:
+    """Issue 24 item 13: collate_fn was accepted and silently ignored. It runs on each batch
+    the loader made (after batch_transform), in the process that reads (picklable for workers)."""
+    import pickle
+
+    ds = StreamingDataset(make_rows(0, 40), columns=["id"], num_splits=2, shuffle=False)
+    plain = [b["id"].tolist() for b in StreamingDataLoader(ds, batch_size=8)]
+    dl = StreamingDataLoader(ds, batch_size=8, collate_fn=_as_tuple)
+    got = list(dl)
+    assert [(ids.tolist(), n) for ids, n in got] == [(ids, len(ids)) for ids in plain]
+    both = StreamingDataLoader(
+        ds, batch_size=8, batch_transform=_ids_plus_one, collate_fn=_as_tuple
+    )
+    assert [ids.tolist() for ids, _ in both] == [[i + 1 for i in ids] for ids in plain]
+    pickle.loads(pickle.dumps(both.dataset))  # what workers receive
+    with pytest.raises(TypeError, match="collate_fn must be a function or None"):
+        StreamingDataLoader(ds, batch_size=8, collate_fn="stack")

@@ -261,3 +261,32 @@ def test_ids_that_do_not_fit_int32_are_refused_at_construction() -> None:
         StreamingDataset(wide, pack_sequences=2, pack_dtype="int32", **kw)
     fits = pa.table({"tokens": pa.array([[1, 2], [3, 2**31 - 1]], pa.list_(pa.int64()))})
     StreamingDataset(fits, pack_sequences=2, pack_dtype="int32", **kw)
+
+
+def test_derive_packed_fields_refuses_what_would_give_wrong_fields() -> None:
+    """Issue 24 item 6: cu_seqlens that end short of B*seq_len, lack a block's start, are
+    float or decrease, and a float dtype, gave wrong fields instead of an error."""
+    batch = _packed_batches([3, 9, 0, 14, 2, 6], 5)[0]
+    ids, cu = batch["input_ids"], batch["cu_seqlens"]
+    blocks, seq = ids.shape
+    assert int(cu[-1]) == blocks * seq
+    short = cu.clone()
+    short[-1] -= 1
+    inner = [int(c) for c in cu if int(c) % seq]  # the boundaries inside blocks
+    no_start = torch.tensor(sorted({0, blocks * seq, *inner} - {seq}), dtype=cu.dtype)
+    swapped = cu.clone()
+    swapped[1], swapped[2] = cu[2], cu[1]
+    for wrong in (short, no_start, swapped):
+        with pytest.raises(ValueError, match="cu_seqlens"):
+            derive_packed_fields(ids, wrong)
+    derive_packed_fields(ids, short, check=False)  # the caller's choice: no host read
+    with pytest.raises(ValueError, match="does not describe"):
+        derive_packed_fields(ids, short, check=True)
+    with pytest.raises(TypeError, match=r"cu_seqlens has dtype torch\.float32"):
+        derive_packed_fields(ids, cu.float())
+    with pytest.raises(TypeError, match=r"input_ids has dtype torch\.float32"):
+        derive_packed_fields(ids.float(), cu)
+    with pytest.raises(TypeError, match=r"dtype=torch\.float32"):
+        derive_packed_fields(ids, cu, dtype=torch.float32)
+    with pytest.raises(ValueError, match="expected 2 dimensions"):
+        derive_packed_fields(ids.reshape(-1), cu)

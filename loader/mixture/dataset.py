@@ -22,6 +22,7 @@ from loader import state as st
 from loader.dataset import StreamingDataset
 from loader.mixture import reweight
 from loader.mixture import state as ms
+from loader.mixture.columns import check_columns
 from loader.mixture.plan import (
     ALL_PASSES,
     FIRST_PASS,
@@ -101,6 +102,7 @@ class MixedDataset(OnWorld):
                     f"[{self.names[0]!r}] rank {first.rank} of {first.world_size}: build all on one world"
                 )
         self._check_packing()
+        check_columns(self.names, self.datasets)
         self._weights_given = weights is not None
         if weights is None:
             weights = by_size(
@@ -257,6 +259,11 @@ class MixedDataset(OnWorld):
             ms.KEY_SUPPLIED: list(pos.supplied),
             ms.KEY_EMPTY_PASSES: list(pos.empty_passes),
             ms.KEY_STEPS_SKIPPED: [list(r) for r in self.progress.steps_skipped],
+            **(
+                {ms.KEY_SKIPS_PENDING: pending}
+                if (pending := self.progress.skips.pending(pos.global_step))
+                else {}
+            ),
             ms.KEY_SOURCES: [
                 ds.state_at(at.epoch, list(at.cursors))
                 for ds, at in zip(self.datasets, pos.sources, strict=True)
@@ -309,6 +316,8 @@ class MixedDataset(OnWorld):
             rule = state[ms.KEY_EPOCH_RULE]
         self.mix_plan = replace(self.mix_plan, phases=phases, epoch_rule=rule)
         self.progress.steps_skipped = [list(r) for r in state.get(ms.KEY_STEPS_SKIPPED, [])]
+        for start, stop in state.get(ms.KEY_SKIPS_PENDING, []):  # with those registered here
+            self.progress.skips.add(start, stop)
         self.progress.move(
             MixPosition(
                 epoch=state[st.KEY_EPOCH],

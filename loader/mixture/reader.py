@@ -16,6 +16,7 @@ import torch
 from numpy.typing import NDArray
 
 from loader.kernels.rows import _place_rows
+from loader.mixture.columns import SOURCE_FIELD, check_pieces
 from loader.mixture.stream import MixTask
 from loader.read.convert import (
     Ragged,
@@ -27,7 +28,7 @@ from loader.read.convert import (
 )
 from loader.read.reader import BatchReader, SlicedRead, cut_columns
 
-SOURCE_FIELD = "source"  # the batch key holding each row's dataset index
+__all__ = ["SOURCE_FIELD", "MixReader", "join_batches"]
 
 
 class MixReader:
@@ -129,11 +130,7 @@ def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> di
             raise TypeError(
                 f"a mixture's datasets must give dict batches, got {type(piece).__name__}"
             )
-        if piece.keys() != pieces[0].keys():
-            raise ValueError(
-                f"the datasets of a mixture must give the same columns: {sorted(pieces[0])} and "
-                f"{sorted(piece)}; pass columns=[...] to each StreamingDataset"
-            )
+    check_pieces(pieces)
     out: dict[str, Any] = {}
     for key in pieces[0]:
         values = [p[key] for p in pieces]

@@ -30,6 +30,7 @@ KEY_STEPS_SKIPPED = "steps_skipped"  # optional: [first, stop) global steps jump
 # optional (states before schedules lack it: one phase, `weights` from `phase_start`):
 KEY_PHASES = "phases"  # [[global step, ["7/10", ...]], ...]: every weight phase, in order
 KEY_EMPTY_PASSES = "empty_passes"  # optional: passes per dataset that held no row
+KEY_SKIPS_PENDING = st.KEY_SKIPS_PENDING  # optional: [start, stop) ranges not yet reached
 
 REQUIRED = (
     st.KEY_FORMAT,
@@ -99,6 +100,8 @@ def check_mixture_state(state: Any) -> None:
         isinstance(r, list) and len(r) == 2 and all(st.is_count(v) for v in r) for r in skipped
     ):
         raise st.StateError(KEY_STEPS_SKIPPED, f"is {skipped!r}, expected [[first, stop], ...]")
+    if KEY_SKIPS_PENDING in state:
+        st.check_pending_ranges(state[KEY_SKIPS_PENDING])
     sources = state[KEY_SOURCES]
     if not isinstance(sources, list) or len(sources) != count:
         raise st.StateError(KEY_SOURCES, f"must hold one state per name ({count})")

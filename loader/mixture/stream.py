@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from loader.layout import slice_bounds
 from loader.mixture.plan import MixPlan, MixPosition, Piece
 from loader.progress import Batching
+from loader.skips import SkipRanges
 from loader.stream import BatchTask
 from loader.world import World
 
@@ -158,7 +159,7 @@ class MixProgress:
         self._done = 0  # steps of `_stream` recorded
         self._batch_epoch = position.epoch
         self.step = position.step
-        self.skips: list[tuple[int, int]] = []  # global steps [start, stop) to jump over
+        self.skips = SkipRanges()  # global steps [start, stop) to jump over
         self.steps_skipped: list[list[int]] = []  # [first, stop) global steps jumped
 
     @property
@@ -236,14 +237,24 @@ class MixProgress:
         self._batch_epoch = current.epoch
         self.step += 1
 
+    def frontier(self) -> int:
+        """The global step of the next batch (batches are handed out in order)."""
+        return self.global_step
+
     def skip_due(self) -> bool:
-        return any(a <= self.global_step < b for a, b in self.skips)
+        return self.skips.due(self.global_step) is not None
+
+    def issue_limit(self, stream: Any) -> int:
+        """Steps of `stream` below the next range to skip (the loader reads no further)."""
+        start, current = self.skips.next_start(self.global_step), self._stream
+        if current is None or stream is not current or start is None:
+            return int(stream.num_batches)
+        return max(0, min(current.num_batches, start - (self.global_step - self._done)))
 
     def apply_skips(self, batching: Batching) -> None:
         """Jump over due steps (through the end of the epoch at most): every dataset moves on
         by the rows those steps hold, unread, and the range is kept in `steps_skipped`."""
-        while self.skip_due():
-            stop = next(b for a, b in self.skips if a <= self.global_step < b)
+        while (stop := self.skips.due(self.global_step)) is not None:
             self.move(self._pos)
             stream = self.peek(batching)
             steps = min(stop - self.global_step, stream.num_batches)

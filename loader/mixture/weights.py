@@ -75,23 +75,7 @@ class Weights:
 
 
 def _fraction(value: Any, name: str) -> Fraction:
-    if isinstance(value, np.integer):
-        value = int(value)
-    elif isinstance(value, np.floating):
-        value = float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
-        raise TypeError(f"{name} must be a number >= 0, got {value!r}")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        out = Fraction(value).limit_denominator(FLOAT_DENOMINATOR)
-        if value > 0 and out == 0:
-            raise ValueError(f"{name}={value!r} is below 1e-6; give the weights as integers")
-    else:
-        out = Fraction(value)
-    if out < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return out
+    return args.fraction(name, value, FLOAT_DENOMINATOR)  # the one checker (numpy numbers too)
 
 
 def parse_weights(texts: Any, field: str = "weights") -> list[Fraction]:

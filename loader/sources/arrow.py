@@ -25,6 +25,7 @@ from loader.sources.base import (
     SourceRequest,
     SourceSpec,
     check_columns,
+    read_schema,
 )
 from loader.storage import is_object_store, normalise_uri, pyarrow_filesystem, unreachable
 
@@ -201,7 +202,8 @@ def resolve_arrow(source: pa.Table, request: SourceRequest) -> ResolvedSource:
     spec = SourceSpec(
         "arrow", "memory://arrow-table", None, None, request.columns, fingerprint, data=source
     )
-    return ResolvedSource(spec, n, rows, _filter_text(request.filter))
+    schema = read_schema(source.schema, request.columns)
+    return ResolvedSource(spec, n, rows, _filter_text(request.filter), schema)
 
 
 def _dataset_uri(dataset: pads.FileSystemDataset) -> str:
@@ -257,7 +259,8 @@ def resolve_parquet(source: Any, request: SourceRequest) -> ResolvedSource:
         "parquet", uri, None, None, request.columns, files_fingerprint(source),
         storage_options=request.storage_options, data=source,
     )  # fmt: skip
-    return ResolvedSource(spec, n, rows, _filter_text(request.filter))
+    schema = read_schema(source.schema, request.columns)
+    return ResolvedSource(spec, n, rows, _filter_text(request.filter), schema)
 
 
 def open_arrow(spec: SourceSpec) -> RowSource:

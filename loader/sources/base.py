@@ -25,6 +25,7 @@ __all__ = [
     "SourceSpec",
     "SourceUnreachableError",
     "check_columns",
+    "read_schema",
 ]
 
 
@@ -84,6 +85,8 @@ class ResolvedSource:
     num_rows: int
     rows: NDArray[np.int64] | None
     filter: str | None
+    # The columns a read returns, with their types: what a mixture compares at construction.
+    schema: pa.Schema | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,13 @@ class Backend:
 
 class PinnedVersionGoneError(ValueError):
     """The version a run is pinned to (or its data files) no longer exists."""
+
+
+def read_schema(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
+    """The part of `schema` a read of `columns` (None: all) returns, in that order."""
+    if columns is None:
+        return schema
+    return pa.schema([schema.field(name) for name in columns])
 
 
 def check_columns(columns: tuple[str, ...] | None, available: list[str], where: str) -> None:

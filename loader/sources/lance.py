@@ -25,6 +25,7 @@ from loader.sources.base import (
     SourceRequest,
     SourceSpec,
     check_columns,
+    read_schema,
 )
 from loader.storage import (
     is_object_store,
@@ -187,7 +188,8 @@ def _pin(
     spec = SourceSpec(
         kind, uri, name, dataset.version, request.columns, None, version_id(dataset), options
     )
-    return ResolvedSource(spec, n, rows, request.filter)
+    schema = read_schema(dataset.schema, request.columns)
+    return ResolvedSource(spec, n, rows, request.filter, schema)
 
 
 def resolve_lancedb(source: Any, request: SourceRequest) -> ResolvedSource:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loader import args
 from loader.layout import (
     Piece,
     fit_reason,
@@ -76,7 +77,7 @@ def check_layout(
     if global_batch is not None:
         bounds.append(("global_batch", global_batch, 1, MAX_ROWS))
     for name, value, low, high in bounds:
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        if not args.is_integer(value) or not low <= value <= high:
             why = " (every split needs a row)" if name == "num_splits" and value > rows else ""
             raise ValueError(f"{name} must be an integer in [{low}, {high:,}]{why}, got {value!r}")
 

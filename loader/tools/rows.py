@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from loader import args
 from loader import state as st
 from loader.mixture import state as ms
 from loader.plan import PlanSpec
@@ -167,11 +168,9 @@ def rows_at_step(
     and only the id column. A ValueError says why a step cannot be answered from `run`
     (see the module docstring).
     """
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {step!r}")
-    if rank is not None and (
-        not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < run.world_size
-    ):
+    step = args.integer("step", step, 0)  # numpy integers too; 1.5 and True are refused
+    rank = args.optional_integer("rank", rank, 0)
+    if rank is not None and rank >= run.world_size:
         raise ValueError(f"rank must be in [0, {run.world_size - 1}] (W), got {rank!r}")
     if isinstance(run, MixRun):
         if source is not None and not isinstance(source, Mapping):
