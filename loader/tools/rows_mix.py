@@ -2,15 +2,16 @@
 dataset global step T held, and which rank read each.
 
 A mixture's step is a pure function of its position (`loader.mixture.plan`): this module
-walks `MixPlan.step` from a known position to step T and cuts each rank's slice with the
-plan's own `rank_pieces`, so it lays steps out exactly as the loader does, whatever that
-layout is. It rebuilds the plan and the position from the state alone (weights, seed,
+walks `MixPlan.step` from a known position to step T and takes each rank's slice with the
+plan's own `rank_step` (its pieces, placed where the step's interleaved layout names their
+dataset), so it lays steps out exactly as the loader does. It rebuilds the plan and the position from the state alone (weights, seed,
 epoch rule, each dataset's plan and cursors), without opening a table; only ids and a
 filter's table positions need the sources.
 
 Answerable: every step from the state's `global_step` on (on its W and G), and the earlier
-ones when the run began with every dataset at its first pass and kept its weights and G
-(checked: walking the steps from the start must lead to the saved position).
+ones when the run began with every dataset at its first pass, kept its G, and the state
+holds its weight phases from step 0 (checked: walking the steps from the start must lead to
+the saved position).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from numpy.typing import NDArray
 from loader import state as st
 from loader.layout import slice_bounds
 from loader.mixture import state as ms
-from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights, rank_pieces
+from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights
+from loader.mixture.weights import Phase, saved_phases
 from loader.plan import PlanSpec
 from loader.stream import runs_order_indices
 from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
@@ -63,8 +65,13 @@ class MixRun:
         specs = tuple(plan_spec(p[st.KEY_PLAN]) for p in parts)
         count = len(specs)
         weights = Weights.of(parse_weights(state[ms.KEY_WEIGHTS]), count, "state weights")
+        phases = (
+            saved_phases(state[ms.KEY_PHASES], count)
+            if ms.KEY_PHASES in state
+            else (Phase(state[ms.KEY_PHASE_START], weights),)  # states before schedules
+        )
         plan = MixPlan(
-            weights,
+            phases,
             tuple(spec.num_splits for spec in specs),
             lambda k, _epoch: specs[k].rows_per_split,
             state.get(ms.KEY_SEED),
@@ -85,6 +92,7 @@ class MixRun:
             sources=tuple(sources),
             epoch_passes=tuple(state[ms.KEY_EPOCH_PASSES]),
             supplied=tuple(state[ms.KEY_SUPPLIED]),
+            empty_passes=tuple(state.get(ms.KEY_EMPTY_PASSES, (0,) * count)),
         )
         return cls(
             tuple(state[ms.KEY_NAMES]),
@@ -107,7 +115,7 @@ class MixRun:
                 pos = replace(pos, epoch=pos.epoch + 1, step=0, epoch_passes=passes)
             return self._walk(pos, step - pos.global_step)
         here = self.position.global_step
-        if self.position.phase_start > 0:
+        if self.plan.phases[0].start > 0:  # a state that knows only the phase in force
             raise ValueError(
                 f"the weights of this state took effect at global step "
                 f"{self.position.phase_start} (new weights at a resume): steps before "
@@ -143,15 +151,22 @@ def mixture_rows(
     world, g = run.world_size, run.global_batch
     if in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, pos.epoch, pos.step, world, g, id_column)
-    _, segments = run.plan.step(pos, g)
     positions, datasets, ranks = [], [], []
     for r in range(world) if rank is None else (rank,):
-        for piece in rank_pieces(segments, *slice_bounds(r, world, g)):
-            k = piece.source
-            idx = runs_order_indices(piece.runs, run.specs[k].rows_per_split)
-            positions.append(run.specs[k].epoch(piece.epoch).order(idx))
-            datasets.append(np.full(len(idx), k, dtype=np.int64))
-            ranks.append(np.full(len(idx), r, dtype=np.int64))
+        _, pieces, layout = run.plan.rank_step(pos, g, *slice_bounds(r, world, g))
+        rows = np.empty(len(layout), dtype=np.int64)
+        for k in range(len(run.names)):  # each source's rows, in order, where the layout says k
+            mine = [p for p in pieces if p.source == k]
+            parts = [
+                run.specs[k]
+                .epoch(p.epoch)
+                .order(runs_order_indices(p.runs, run.specs[k].rows_per_split))
+                for p in mine
+            ]
+            rows[layout == k] = _joined(parts)
+        positions.append(rows)
+        datasets.append(layout.astype(np.int64))
+        ranks.append(np.full(len(layout), r, dtype=np.int64))
     found = StepRows(
         step,
         pos.epoch,
