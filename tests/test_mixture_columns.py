@@ -65,7 +65,7 @@ def test_a_column_named_source_is_refused(values: pa.Array) -> None:
             )
     kept = [dataset(table, columns=["id"]), dataset(table, columns=["id"])]
     batch = next(iter(StreamingDataLoader(MixedDataset(kept, [1, 1]), global_batch_size=4)))
-    assert batch["source"].tolist() == [0, 0, 1, 1]
+    assert sorted(batch["source"].tolist()) == [0, 0, 1, 1]  # the dataset index, in any layout
 
 
 def test_a_transform_giving_source_is_refused_when_joined() -> None:
