@@ -34,7 +34,7 @@ def ranks(world: int, weights: Any = A, g: int = G, **kw: Any) -> list[Streaming
             for k, (rows, splits) in enumerate(SIZES)
         ]
         mix = MixedDataset(datasets, weights, **kw)
-        out.append(StreamingDataLoader(mix, global_batch_size=g, reads_in_flight=0, read_size=g))
+        out.append(StreamingDataLoader(mix, global_batch_size=g, reads_in_flight=0, read_size=1))
     return out
 
 

@@ -42,6 +42,7 @@ from loader.mixture.weights import (
 )
 from loader.plan import PlanSpec
 from loader.progress import Batching
+from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.world import OnWorld, World
 
@@ -117,6 +118,7 @@ class MixedDataset(OnWorld):
             self._units,
             seed,
             rule,
+            tuple(_fixed_rows(ds) for ds in self.datasets),
         )
         sources = []
         for ds in self.datasets:
@@ -366,6 +368,13 @@ def layout_runs(labels: NDArray[np.int64]) -> list[int] | None:
     firsts = np.concatenate(([0], starts))
     counts = np.diff(np.append(firsts, len(labels)))
     return np.stack([labels[firsts], firsts, counts], axis=1).reshape(-1).tolist()
+
+
+def _fixed_rows(ds: StreamingDataset) -> bool:
+    """Whether every pass of `ds` holds the same rows, read straight (no transform): then
+    many passes inside a step are one read (`MixPlan.fixed`)."""
+    reader = ds.reader
+    return ds.packing is None and type(reader) is BatchReader and not reader.transform
 
 
 def by_size(sizes: list[int]) -> list[int]:
