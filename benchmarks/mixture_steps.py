@@ -20,7 +20,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import mixture  # noqa: E402
+import mixture
 
 
 def plan_cost() -> float:
