@@ -227,3 +227,13 @@ def test_weights_none_at_a_resume_adopts_a_saved_weight_of_zero() -> None:
         dl.load_state_dict(state)
     assert len(resumed[0]) == len(first[0])
     assert union(run(resumed, 5)) == whole[4:]
+
+
+def test_inspect_lists_the_phases(tmp_path: Any) -> None:
+    from loader import checkpoint
+    from loader.tools.inspect import format_inspect
+
+    dls = ranks(1, schedule=[(3, B)])
+    run(dls, 2)
+    text = format_inspect(checkpoint.save(dls[0].state_dict(), tmp_path / "mix.json"))
+    assert "phases      step 0: 3/5, 3/10, 1/10; step 3: 1/5, 1/2, 3/10" in text

@@ -435,7 +435,7 @@ def CombinedStreamingDataset(  # LitData's class name
     iterate_over_all=True (LitData's default) reads every dataset's pass, in proportion to
     its size, and takes no weights (as LitData); iterate_over_all=False mixes at `weights`
     and the epoch ends when a dataset completes its pass. Batches always mix datasets
-    ("stratified"); `seed` shuffles the per-step layout order only.
+    ("stratified", interleaved); `seed` is accepted and changes nothing.
     """
     if iterate_over_all and weights is not None:
         raise ValueError(

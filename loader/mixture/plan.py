@@ -18,7 +18,8 @@ What to call to answer "which rows did global step t hold" (the rows ledger):
 
 - `MixPlan.step(pos, G)` -> (position after the step, its `Segment`s): per source and
   pass, the levels [before[s], after[s]) of each split, and `first`/`count`, the source's
-  rows of the step they are (source by source, passes in order);
+  rows of the step they are (source by source, passes in order); a segment with
+  `passes` > 1 is that many whole passes of a small dataset, from `epoch` on;
 - `MixPlan.layout(pos, G, lo, hi)`: the source of each position [lo, hi) of the step's
   layout (int64); `MixPlan.rank_step(pos, G, lo, hi)` -> (position after, a rank's
   `Piece`s, its layout): what one rank reads, as the loader reads it;
