@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ import pytest
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, linear_ramp
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BASE = 1000  # dataset k's ids are k * BASE + row
 SIZES = [(60, 3), (45, 2), (23, 1)]  # (rows, num_splits) per dataset
 G = 10
@@ -237,3 +239,19 @@ def test_inspect_lists_the_phases(tmp_path: Any) -> None:
     run(dls, 2)
     text = format_inspect(checkpoint.save(dls[0].state_dict(), tmp_path / "mix.json"))
     assert "phases      step 0: 3/5, 3/10, 1/10; step 3: 1/5, 1/2, 3/10" in text
+
+
+def test_a_state_saved_before_interleaving_loads_and_its_steps_hold_the_same_rows() -> None:
+    """tests/fixtures/mixture_before_interleaving.json: a state the dataset-by-dataset code
+    (9c6624e) saved after 7 steps of 6:3:1 on W = 2 (seed=5), and the rows of its next 12
+    global steps there. Loaded here (no `phases` key: one phase) on W = 3 and with
+    weights=None, the steps hold the same rows; only their places in a step moved."""
+    saved = json.loads((FIXTURES / "mixture_before_interleaving.json").read_text())
+    assert "phases" not in saved["state"]
+    for kw in ({"weights": A, "seed": 5}, {"weights": None}):
+        resumed = ranks(3, **kw)
+        for dl in resumed:
+            dl.load_state_dict(saved["state"])
+        steps = run(resumed, 12)
+        assert union(steps) == saved["next_steps"]
+        exact(steps, A)  # the saved phase goes on: every rank mixed from here on
