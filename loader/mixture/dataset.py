@@ -36,6 +36,7 @@ from loader.mixture.stream import MixProgress
 from loader.mixture.weights import (
     Phase,
     Weights,
+    by_size,
     resumed_phases,
     saved_phases,
     schedule_phases,
@@ -46,7 +47,7 @@ from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.world import OnWorld, World
 
-__all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
+__all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset", "by_size"]
 
 
 @dataclass(frozen=True)
@@ -375,13 +376,6 @@ def _fixed_rows(ds: StreamingDataset) -> bool:
     many passes inside a step are one read (`MixPlan.fixed`)."""
     reader = ds.reader
     return ds.packing is None and type(reader) is BatchReader and not reader.transform
-
-
-def by_size(sizes: list[int]) -> list[int]:
-    """Weights in proportion to `sizes`, scaled to sum to at most 2**20 (a short period for
-    the count kernel: exact up to a million rows, to about 1 part in a million beyond)."""
-    scale = -(-sum(sizes) // 2**20)
-    return [max(1, size // scale) if size else 0 for size in sizes]
 
 
 def _parse(text: Any) -> Fraction:
