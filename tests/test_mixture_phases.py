@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -255,3 +256,28 @@ def test_a_state_saved_before_interleaving_loads_and_its_steps_hold_the_same_row
         steps = run(resumed, 12)
         assert union(steps) == saved["next_steps"]
         exact(steps, A)  # the saved phase goes on: every rank mixed from here on
+
+
+def test_the_weights_in_force_and_the_telemetry_layout() -> None:
+    """`weights` and the `mixture` event's facts follow the phase of the next step; the
+    event's layout is the interleaved step's runs, left out beyond STEP_RUNS_SHOWN runs."""
+    from loader.mixture.dataset import STEP_RUNS_SHOWN, layout_runs
+
+    dl = ranks(1, schedule=[(2, B)])[0]
+    mix = dl.streaming_dataset
+    assert mix.weights == [0.6, 0.3, 0.1]
+    run([dl], 2)
+    assert mix.weights == [0.2, 0.5, 0.3]
+    facts = mix.facts(G)
+    assert facts["weights"] == "1/5,1/2,3/10" and facts["phase_start"] == 2
+    flat = facts["step_segments"]
+    assert sum(flat[2::3]) == G and flat[1::3] == sorted(flat[1::3])
+    assert [
+        k for k, _, n in zip(flat[0::3], flat[1::3], flat[2::3], strict=True) for _ in range(n)
+    ] == (mix.mix_plan.layout(mix.progress.mix_position(), G, 0, G).tolist())
+    assert len(layout_runs(np.arange(STEP_RUNS_SHOWN) % 2) or []) == 3 * STEP_RUNS_SHOWN
+    assert layout_runs(np.arange(STEP_RUNS_SHOWN + 1) % 2) is None
+    assert mix.phases == [
+        (0, [Fraction(3, 5), Fraction(3, 10), Fraction(1, 10)]),
+        (2, [Fraction(1, 5), Fraction(1, 2), Fraction(3, 10)]),
+    ]
