@@ -306,4 +306,7 @@ def test_passes_kernel_matches_one_epoch_at_a_time(
     spec = PlanSpec(n, 1, shuffle, seed, clump)
     idx = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=20)), dtype=np.int64)
     want = [spec.epoch(first + p).order(idx).tolist() for p in range(passes)]
-    assert spec.epoch(first).order_of_passes(passes, idx).tolist() == [x for w in want for x in w]
+    got = spec.epoch(first).order_of_passes(passes, idx).tolist()
+    assert got == [x for w in want for x in w]
+    c = min(clump, n) if shuffle else n
+    assert got == reference.passes_positions(n, c, seed, first, passes, idx.tolist())
