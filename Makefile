@@ -30,6 +30,7 @@ test: $(STAMP) chromium lint
 		tests/test_varlen.py::test_ragged_take_matches_twin tests/test_packing.py::test_blocks_match_the_twin \
 		tests/test_mixture_plan.py::test_count_kernel_matches_twin \
 		tests/test_mixture_plan.py::test_label_kernel_matches_twin \
+		tests/test_mixture_plan.py::test_passes_kernel_matches_one_epoch_at_a_time \
 		tests/test_pack_fields.py::test_the_kernel_writes_the_twins_fields_it_is_asked_for \
 		-W "ignore:overflow encountered:RuntimeWarning"
 	$(VENV)/bin/pytest -q

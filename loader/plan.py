@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from loader.kernels.permute import (
     _order_positions,
     _order_range,
+    _passes_positions,
     _unpermute,
     half_bits_for,
     round_keys,
@@ -137,6 +138,15 @@ class EpochPlan:
         clump, n_clumps, short_slot, short_len, half = self._layout
         idx = np.ascontiguousarray(order_idx, dtype=np.int64)
         return _order_positions(idx, clump, n_clumps, short_slot, short_len, self._keys, half)
+
+    def order_of_passes(self, passes: int, order_idx: NDArray[np.int64]) -> NDArray[np.int64]:
+        """`order(order_idx)` of this epoch and the `passes - 1` after it, end to end, in one
+        kernel call (a mixture's small dataset repeating inside a step)."""
+        clump, n_clumps, _, short_len, half = self._layout
+        idx = np.ascontiguousarray(order_idx, dtype=np.int64)
+        seed = np.uint64(self.spec.shuffle_seed)
+        n = self.spec.num_rows
+        return _passes_positions(idx, seed, self.epoch, passes, n, clump, n_clumps, short_len, half)
 
     def order_range(self, start: int, count: int) -> NDArray[np.int64]:
         """Positions order[start:start + count]: one int64 a row, nothing else."""

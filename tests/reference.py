@@ -41,6 +41,27 @@ def epoch_order(n: int, clump: int, keys: list[int], half: int) -> list[int]:
     return order
 
 
+def round_keys(seed: int, epoch: int, n: int, clump: int) -> list[int]:
+    """The eight round keys of (seed, epoch, n, clump), by their definition."""
+    golden = 0x9E3779B97F4A7C15
+    state = mix(seed ^ 0x5EED5EED5EED5EED)
+    for word in (epoch, n, clump):
+        state = mix(state ^ mix((word + golden) & M64))
+    return [mix((state + (i + 1) * golden) & M64) for i in range(8)]
+
+
+def passes_positions(
+    n: int, clump: int, seed: int, first: int, passes: int, idx: list[int]
+) -> list[int]:
+    """order[idx] of each epoch first, first + 1, ... (clump already n when not shuffled)."""
+    half = max(1, (max(1, (-(-n // clump) - 1).bit_length()) + 1) // 2)
+    out = []
+    for epoch in range(first, first + passes):
+        order = epoch_order(n, clump, round_keys(seed, epoch, n, clump), half)
+        out.extend(order[i] for i in idx)
+    return out
+
+
 def stream(cursors: list[int], length: int) -> list[tuple[int, int]]:
     """The rank stream by its definition: repeatedly the smallest cursor, ties lowest index."""
     cur = list(cursors)

@@ -403,3 +403,34 @@ def test_a_packed_mixture_goes_on_past_a_pass_without_a_whole_block() -> None:
     for dl in resumed:
         dl.load_state_dict(state)
     assert blocks(resumed, 170) == whole[130:]
+
+
+def test_a_tiny_dataset_repeating_inside_a_step_is_one_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 24 item 18: a 1-row dataset at weight 1/2 with a big G cost seconds a step (a
+    segment, task, take and placement per pass). Its whole passes are now one segment, one
+    group and one read: a step has a handful of groups, whatever G, and the rows are those
+    the pass-by-pass path reads (each pass in its own epoch's shuffle)."""
+
+    def batches(g: int) -> tuple[list[dict[str, Any]], StreamingDataLoader]:
+        parts = [
+            StreamingDataset(
+                pa.table({"id": list(range(1000, 1500))}), num_splits=4, shuffle_seed=1
+            ),
+            StreamingDataset(pa.table({"id": [0]}), num_splits=1, shuffle_seed=2),
+            StreamingDataset(pa.table({"id": [7, 8, 9]}), num_splits=1, shuffle_seed=3),
+        ]
+        dl = StreamingDataLoader(MixedDataset(parts, [2, 1, 1]), global_batch_size=g, read_size=g)
+        return list(itertools.islice(dl, 6)), dl
+
+    fast, dl = batches(4096)
+    task = dl.streaming_dataset.progress.peek(dl._batching).task(0)
+    assert len(task.groups) <= 9 and max(task.passes) >= 300  # 3 a dataset, not 1,024 + 341
+    for batch in fast:
+        ids = batch["id"].tolist()
+        assert ids.count(0) == 1024 and sum(i in (7, 8, 9) for i in ids) == 1024
+    monkeypatch.setattr("loader.mixture.dataset._fixed_rows", lambda ds: False)
+    slow, _ = batches(4096)  # pass by pass, as before
+    for one, other in zip(fast, slow, strict=True):
+        assert torch.equal(one["id"], other["id"]) and torch.equal(one["source"], other["source"])

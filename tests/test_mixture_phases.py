@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, linear_ramp
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BASE = 1000  # dataset k's ids are k * BASE + row
 SIZES = [(60, 3), (45, 2), (23, 1)]  # (rows, num_splits) per dataset
 G = 10
@@ -34,7 +37,7 @@ def ranks(world: int, weights: Any = A, g: int = G, **kw: Any) -> list[Streaming
             for k, (rows, splits) in enumerate(SIZES)
         ]
         mix = MixedDataset(datasets, weights, **kw)
-        out.append(StreamingDataLoader(mix, global_batch_size=g, reads_in_flight=0, read_size=g))
+        out.append(StreamingDataLoader(mix, global_batch_size=g, reads_in_flight=0, read_size=1))
     return out
 
 
@@ -227,3 +230,54 @@ def test_weights_none_at_a_resume_adopts_a_saved_weight_of_zero() -> None:
         dl.load_state_dict(state)
     assert len(resumed[0]) == len(first[0])
     assert union(run(resumed, 5)) == whole[4:]
+
+
+def test_inspect_lists_the_phases(tmp_path: Any) -> None:
+    from loader import checkpoint
+    from loader.tools.inspect import format_inspect
+
+    dls = ranks(1, schedule=[(3, B)])
+    run(dls, 2)
+    text = format_inspect(checkpoint.save(dls[0].state_dict(), tmp_path / "mix.json"))
+    assert "phases      step 0: 3/5, 3/10, 1/10; step 3: 1/5, 1/2, 3/10" in text
+
+
+def test_a_state_saved_before_interleaving_loads_and_its_steps_hold_the_same_rows() -> None:
+    """tests/fixtures/mixture_before_interleaving.json: a state the dataset-by-dataset code
+    (9c6624e) saved after 7 steps of 6:3:1 on W = 2 (seed=5), and the rows of its next 12
+    global steps there. Loaded here (no `phases` key: one phase) on W = 3 and with
+    weights=None, the steps hold the same rows; only their places in a step moved."""
+    saved = json.loads((FIXTURES / "mixture_before_interleaving.json").read_text())
+    assert "phases" not in saved["state"]
+    for kw in ({"weights": A, "seed": 5}, {"weights": None}):
+        resumed = ranks(3, **kw)
+        for dl in resumed:
+            dl.load_state_dict(saved["state"])
+        steps = run(resumed, 12)
+        assert union(steps) == saved["next_steps"]
+        exact(steps, A)  # the saved phase goes on: every rank mixed from here on
+
+
+def test_the_weights_in_force_and_the_telemetry_layout() -> None:
+    """`weights` and the `mixture` event's facts follow the phase of the next step; the
+    event's layout is the interleaved step's runs, left out beyond STEP_RUNS_SHOWN runs."""
+    from loader.mixture.dataset import STEP_RUNS_SHOWN, layout_runs
+
+    dl = ranks(1, schedule=[(2, B)])[0]
+    mix = dl.streaming_dataset
+    assert mix.weights == [0.6, 0.3, 0.1]
+    run([dl], 2)
+    assert mix.weights == [0.2, 0.5, 0.3]
+    facts = mix.facts(G)
+    assert facts["weights"] == "1/5,1/2,3/10" and facts["phase_start"] == 2
+    flat = facts["step_segments"]
+    assert sum(flat[2::3]) == G and flat[1::3] == sorted(flat[1::3])
+    assert [
+        k for k, _, n in zip(flat[0::3], flat[1::3], flat[2::3], strict=True) for _ in range(n)
+    ] == (mix.mix_plan.layout(mix.progress.mix_position(), G, 0, G).tolist())
+    assert len(layout_runs(np.arange(STEP_RUNS_SHOWN) % 2) or []) == 3 * STEP_RUNS_SHOWN
+    assert layout_runs(np.arange(STEP_RUNS_SHOWN + 1) % 2) is None
+    assert mix.phases == [
+        (0, [Fraction(3, 5), Fraction(3, 10), Fraction(1, 10)]),
+        (2, [Fraction(1, 5), Fraction(1, 2), Fraction(3, 10)]),
+    ]

@@ -38,6 +38,7 @@ Row = tuple[int, int, int]  # (dataset, pass, order index in that pass)
 def make_plan(
     sizes: list[tuple[int, int]], weights: list[int], rule: str | int, seed: int | None
 ) -> MixPlan:
+    """Sources of fixed pass lengths: many passes inside a step are one segment."""
     lengths = [length for _, length in sizes]
     return MixPlan(
         Weights.of(weights, len(sizes)),
@@ -45,6 +46,7 @@ def make_plan(
         lambda k, e: lengths[k],
         seed,
         rule,
+        (True,) * len(sizes),
     )
 
 
@@ -68,8 +70,9 @@ def rank_steps(
 def placed(plan: MixPlan, task) -> list[list[Row]]:
     """A task's batches as the reader lays them out: each group's rows at `places()`."""
     rows: list[Row | None] = [None] * sum(task.sizes)
-    for (k, t), at in zip(task.groups, task.places(), strict=True):
-        group = [row for piece in _rows(plan, k, t) for row in piece]
+    for g, ((k, t), at) in enumerate(zip(task.groups, task.places(), strict=True)):
+        one = [row for piece in _rows(plan, k, t) for row in piece]
+        group = [(k, e + p, o) for p in range(task.passes_of(g)) for k, e, o in one]
         assert len(group) == len(at)
         for row, p in zip(group, at.tolist(), strict=True):
             rows[p] = row
@@ -288,3 +291,22 @@ def test_weights_by_size_fit_the_kernel_for_billions_of_rows() -> None:
     big = Weights.of(by_size([3_000_000_000, 1_000_000_000, 7, 0]), 4)
     assert big.period <= 2**20 + 4 and big.shares[2] == 1 and big.shares[3] == 0
     assert abs(Fraction(big.shares[0], big.shares[1]) - 3) < Fraction(1, 10**5)
+
+
+@settings(max_examples=60)
+@given(
+    st.integers(1, 60), st.integers(1, 8), st.booleans(), st.integers(0, 2**64 - 1),
+    st.integers(0, 50), st.integers(1, 5), st.data(),
+)  # fmt: skip
+def test_passes_kernel_matches_one_epoch_at_a_time(
+    n: int, clump: int, shuffle: bool, seed: int, first: int, passes: int, data: st.DataObject
+) -> None:
+    from loader.plan import PlanSpec
+
+    spec = PlanSpec(n, 1, shuffle, seed, clump)
+    idx = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=20)), dtype=np.int64)
+    want = [spec.epoch(first + p).order(idx).tolist() for p in range(passes)]
+    got = spec.epoch(first).order_of_passes(passes, idx).tolist()
+    assert got == [x for w in want for x in w]
+    c = min(clump, n) if shuffle else n
+    assert got == reference.passes_positions(n, c, seed, first, passes, idx.tolist())

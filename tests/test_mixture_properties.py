@@ -146,9 +146,7 @@ def recipe_loaders(job: dict[str, Any], world: int, resumed: bool) -> list[Strea
         declared = {"weights": None} if resumed else {"schedule": job["schedule"]}
         mix = MixedDataset(datasets, declared.pop("weights", job["weights"]), **declared)
         out.append(
-            StreamingDataLoader(
-                mix, global_batch_size=job["g"], reads_in_flight=0, read_size=job["g"]
-            )
+            StreamingDataLoader(mix, global_batch_size=job["g"], reads_in_flight=0, read_size=1)
         )
     return out
 

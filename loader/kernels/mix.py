@@ -113,8 +113,25 @@ def _mix_labels(
     weights: NDArray[np.int64], period: int, counts: NDArray[np.int64], rows: int
 ) -> NDArray[np.int64]:
     """The source of each of the next `rows` rows of the phase whose counts so far are
-    `counts` (int64, in row order): the interleaved layout of a step or a rank's slice."""
+    `counts` (int64, in row order): the interleaved layout of a step or a rank's slice.
+    The sequence repeats every period: when `rows` spans two periods or more, one period is
+    walked and repeated (O(period * K + rows), not O(rows * K))."""
     labels = np.empty(rows, dtype=np.int64)
-    if rows > 0:
+    if rows == 0:
+        return labels
+    if rows < 2 * period:
         _mix_run(weights, period, counts, rows, labels)
+        return labels
+    pattern = np.empty(period, dtype=np.int64)
+    _mix_walk(weights, period, np.zeros_like(weights), 0, period, pattern, 0)
+    done = counts.sum()
+    row = done % period
+    residual = counts - (done // period) * weights
+    for i in range(row):  # counts off the sequence (never from a run): walk them as given
+        residual[pattern[i]] -= 1
+    if np.any(residual != 0):
+        _mix_run(weights, period, counts, rows, labels)
+        return labels
+    for i in range(rows):
+        labels[i] = pattern[(row + i) % period]
     return labels

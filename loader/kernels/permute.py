@@ -160,3 +160,46 @@ def _order_range(
             last_slot, last_clump = slot, _permute(slot, n_clumps, keys, half_bits)
         out[t] = last_clump * clump + offset
     return out
+
+
+_SEED_SALT = np.uint64(0x5EED5EED5EED5EED)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit
+def _round_keys(seed: np.uint64, epoch: int, n: int, clump: int) -> NDArray[np.uint64]:
+    """`round_keys` compiled (uint64 arithmetic wraps as the Python one masks)."""
+    state = _mix(seed ^ _SEED_SALT)
+    for word in (np.uint64(epoch), np.uint64(n), np.uint64(clump)):
+        state = _mix(state ^ _mix(word + _GOLDEN))
+    keys = np.empty(ROUNDS, dtype=np.uint64)
+    for i in range(ROUNDS):
+        keys[i] = _mix(state + np.uint64(i + 1) * _GOLDEN)
+    return keys
+
+
+@njit
+def _passes_positions(
+    order_idx: NDArray[np.int64],
+    seed: np.uint64,
+    first_epoch: int,
+    passes: int,
+    n: int,
+    clump: int,
+    n_clumps: int,
+    short_len: int,
+    half_bits: int,
+) -> NDArray[np.int64]:
+    """`order[order_idx]` in each of `passes` epochs from `first_epoch`, end to end: a small
+    dataset read many times over in one step without Python per pass (each epoch's keys and
+    short slot derived here, as `EpochPlan` derives them)."""
+    m = order_idx.shape[0]
+    out = np.empty(passes * m, dtype=np.int64)
+    for p in range(passes):
+        keys = _round_keys(seed, first_epoch + p, n, clump)
+        short_slot = _unpermute(n_clumps - 1, n_clumps, keys, half_bits)
+        part = _order_positions(
+            order_idx, clump, n_clumps, int(short_slot), short_len, keys, half_bits
+        )
+        out[p * m : (p + 1) * m] = part
+    return out

@@ -37,16 +37,18 @@ from loader.mixture.stream import MixProgress
 from loader.mixture.weights import (
     Phase,
     Weights,
+    by_size,
     resumed_phases,
     saved_phases,
     schedule_phases,
 )
 from loader.plan import PlanSpec
 from loader.progress import Batching
+from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.world import OnWorld, World
 
-__all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset"]
+__all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset", "by_size"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class MixedDataset(OnWorld):
             self._units,
             seed,
             rule,
+            tuple(_fixed_rows(ds) for ds in self.datasets),
         )
         sources = []
         for ds in self.datasets:
@@ -379,11 +382,11 @@ def layout_runs(labels: NDArray[np.int64]) -> list[int] | None:
     return np.stack([labels[firsts], firsts, counts], axis=1).reshape(-1).tolist()
 
 
-def by_size(sizes: list[int]) -> list[int]:
-    """Weights in proportion to `sizes`, scaled to sum to at most 2**20 (a short period for
-    the count kernel: exact up to a million rows, to about 1 part in a million beyond)."""
-    scale = -(-sum(sizes) // 2**20)
-    return [max(1, size // scale) if size else 0 for size in sizes]
+def _fixed_rows(ds: StreamingDataset) -> bool:
+    """Whether every pass of `ds` holds the same rows, read straight (no transform): then
+    many passes inside a step are one read (`MixPlan.fixed`)."""
+    reader = ds.reader
+    return ds.packing is None and type(reader) is BatchReader and not reader.transform
 
 
 def _parse(text: Any) -> Fraction:
@@ -461,7 +464,7 @@ def CombinedStreamingDataset(  # LitData's class name
     iterate_over_all=True (LitData's default) reads every dataset's pass, in proportion to
     its size, and takes no weights (as LitData); iterate_over_all=False mixes at `weights`
     and the epoch ends when a dataset completes its pass. Batches always mix datasets
-    ("stratified"); `seed` shuffles the per-step layout order only.
+    ("stratified", interleaved); `seed` is accepted and changes nothing.
     """
     if iterate_over_all and weights is not None:
         raise ValueError(

@@ -18,7 +18,8 @@ What to call to answer "which rows did global step t hold" (the rows ledger):
 
 - `MixPlan.step(pos, G)` -> (position after the step, its `Segment`s): per source and
   pass, the levels [before[s], after[s]) of each split, and `first`/`count`, the source's
-  rows of the step they are (source by source, passes in order);
+  rows of the step they are (source by source, passes in order); a segment with
+  `passes` > 1 is that many whole passes of a small dataset, from `epoch` on;
 - `MixPlan.layout(pos, G, lo, hi)`: the source of each position [lo, hi) of the step's
   layout (int64); `MixPlan.rank_step(pos, G, lo, hi)` -> (position after, a rank's
   `Piece`s, its layout): what one rank reads, as the loader reads it;
@@ -32,6 +33,7 @@ pure: the same arguments give the same answer on every machine, W and worker cou
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -120,7 +122,10 @@ class MixPosition:
 @dataclass(frozen=True)
 class Segment:
     """Rows of one source's pass in a step: levels [before[s], after[s]) of each split, the
-    source's rows [first, first + count) of the step (in the order its rows are laid out)."""
+    source's rows [first, first + count) of the step (in the order its rows are laid out).
+    `passes` > 1: that many whole passes from `epoch` on (before 0, after the pass length),
+    each in its own epoch's order: a small dataset repeating many times inside a step is one
+    segment, not one per pass."""
 
     source: int
     epoch: int
@@ -128,16 +133,19 @@ class Segment:
     after: NDArray[np.int64]
     first: int
     count: int
+    passes: int = 1
 
 
 @dataclass(frozen=True)
 class Piece:
-    """A rank's rows of one segment: runs (split, first level, stop level) of a pass."""
+    """A rank's rows of one segment: runs (split, first level, stop level) of a pass; with
+    `passes` > 1 the runs of one whole pass, read in each of `passes` epochs from `epoch`."""
 
     source: int
     epoch: int
     runs: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]  # splits, starts, stops
     count: int
+    passes: int = 1
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ class MixPlan:
     units: Callable[[int, int], int]  # (source, pass) -> units per split of that pass
     seed: int | None = None
     epoch_rule: str | int = FIRST_PASS  # FIRST_PASS, ALL_PASSES, pass_of(k) or a number of steps
+    fixed: tuple[bool, ...] = ()  # sources whose passes all hold the same units (rows)
     _phases: Phases = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +171,8 @@ class MixPlan:
         object.__setattr__(self, "_phases", tuple(phases))
 
     def phase_at(self, global_step: int) -> Phase:
+        if len(self._phases) == 1:
+            return self._phases[0]
         return self._phases[phase_index(self._phases, global_step)]
 
     def weights_at(self, global_step: int) -> Weights:
@@ -191,8 +202,7 @@ class MixPlan:
         pos = self.entering(pos)
         weights = self.weights_at(pos.global_step)
         a, b = weights.counts_after(pos.counts, lo), weights.counts_after(pos.counts, hi)
-        firsts = tuple(x - c for x, c in zip(a, pos.counts, strict=True))
-        return firsts, tuple(x - c for x, c in zip(b, pos.counts, strict=True))
+        return _minus(a, pos.counts), _minus(b, pos.counts)
 
     def layout(self, pos: MixPosition, global_batch: int, lo: int, hi: int) -> NDArray[np.int64]:
         """The source of each position [lo, hi) of the step from `pos` (int64, hi - lo)."""
@@ -204,17 +214,27 @@ class MixPlan:
         self, pos: MixPosition, global_batch: int, lo: int, hi: int
     ) -> tuple[MixPosition, list[Piece], NDArray[np.int64]]:
         """One rank's part [lo, hi) of the step from `pos`: the position after the step,
-        the rank's pieces (per source and pass, in source order) and its layout."""
-        after, segments = self.step(pos, global_batch)
-        firsts, stops = self.rank_rows(pos, global_batch, lo, hi)
-        layout = self.layout(pos, global_batch, lo, hi)
-        return after, rank_pieces(segments, firsts, stops), layout
+        the rank's pieces (per source and pass, in source order) and its layout (what
+        `step`, `rank_rows` and `layout` say, with fewer kernel calls: the loader's path)."""
+        pos = self.entering(pos)
+        weights = self.weights_at(pos.global_step)
+        counts = weights.counts_after(pos.counts, global_batch)
+        at_lo = pos.counts if lo == 0 else weights.counts_after(pos.counts, lo)
+        at_hi = counts if hi == global_batch else weights.counts_after(pos.counts, hi)
+        after, segments = self._take(pos, counts)
+        pieces = rank_pieces(segments, _minus(at_lo, pos.counts), _minus(at_hi, pos.counts))
+        return after, pieces, weights.labels(at_lo, hi - lo)
 
     def step(self, pos: MixPosition, global_batch: int) -> tuple[MixPosition, list[Segment]]:
         """The next global step: its segments (source by source, passes in order) and the
         position after it."""
         pos = self.entering(pos)
-        counts = self.weights_at(pos.global_step).counts_after(pos.counts, global_batch)
+        return self._take(
+            pos, self.weights_at(pos.global_step).counts_after(pos.counts, global_batch)
+        )
+
+    def _take(self, pos: MixPosition, counts: tuple[int, ...]) -> tuple[MixPosition, list[Segment]]:
+        """The step from `pos` (in its phase) that brings the phase's counts to `counts`."""
         segments: list[Segment] = []
         sources = list(pos.sources)
         empty = list(pos.empty_passes or (0,) * len(sources))
@@ -246,6 +266,12 @@ class MixPlan:
                     sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
                 else:
                     sources[k] = SourceAt(at.epoch, tuple(after.tolist()))
+                whole = self._whole_passes(k, sources[k], want)
+                if whole is not None:  # passes of a small dataset: one segment for all
+                    segments.append(replace(whole, first=first))
+                    first += whole.count
+                    want -= whole.count
+                    sources[k] = SourceAt(whole.epoch + whole.passes, sources[k].cursors)
         supplied = tuple(
             s + c - p for s, c, p in zip(pos.supplied, counts, pos.counts, strict=True)
         )
@@ -267,6 +293,21 @@ class MixPlan:
             )
         return after_pos, segments
 
+    def _whole_passes(self, k: int, at: SourceAt, want: int) -> Segment | None:
+        """Two or more whole passes of source k from `at` (at a pass start) within `want`
+        rows, as one segment (`first` left 0); None otherwise. Only for sources whose
+        passes all hold the same rows (`fixed`)."""
+        if not (self.fixed and self.fixed[k]) or any(at.cursors):
+            return None
+        length = self.units(k, at.epoch)
+        rows = self.num_splits[k] * length
+        if rows <= 0 or want < 2 * rows:
+            return None
+        passes = want // rows
+        zeros = np.zeros(self.num_splits[k], dtype=np.int64)
+        return Segment(k, at.epoch, zeros, zeros + length, 0, passes * rows, passes)
+
+    @functools.cached_property
     def _ending(self) -> tuple[list[int], bool]:
         """The sources whose passes end epochs, and whether all of them must (else any).
         Decided from the last phase's weights (those in force for ever after), so that
@@ -284,7 +325,7 @@ class MixPlan:
     def _epoch_done(self, pos: MixPosition) -> bool:
         if isinstance(self.epoch_rule, int):
             return pos.step >= self.epoch_rule
-        sources, every = self._ending()
+        sources, every = self._ending
         done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in sources]
         return all(done) if every else any(done)
 
@@ -293,7 +334,7 @@ class MixPlan:
         kernel calls per phase, each O(min(rows, 2 * period)))."""
         if isinstance(self.epoch_rule, int):
             return max(0, self.epoch_rule - pos.step)
-        sources, every = self._ending()
+        sources, every = self._ending
         ends = []
         for k in sources:
             at = pos.sources[k]
@@ -364,17 +405,44 @@ def _steps_in_phase(
     return high
 
 
+def _minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
 def rank_pieces(
     segments: list[Segment], firsts: Sequence[int], stops: Sequence[int]
 ) -> list[Piece]:
     """A rank's part of each segment: of source k, its rows [firsts[k], stops[k]) of the
-    step (empty pieces left out)."""
+    step (empty pieces left out). Of a segment of whole passes: a piece of the first pass
+    it enters part-way, one of the whole passes it holds, one of the pass it leaves early."""
     pieces = []
     for seg in segments:
         lo, hi = firsts[seg.source] - seg.first, stops[seg.source] - seg.first
         first, last = max(lo, 0), min(hi, seg.count)
         if first >= last:
             continue
-        runs = _slice_runs(seg.before, seg.after, first, last)
-        pieces.append(Piece(seg.source, seg.epoch, runs, last - first))
+        if seg.passes == 1:
+            runs = _slice_runs(seg.before, seg.after, first, last)
+            pieces.append(Piece(seg.source, seg.epoch, runs, last - first))
+            continue
+        rows = seg.count // seg.passes
+        head, tail = -(-first // rows), last // rows  # the whole passes [head, tail)
+        if head > tail:  # inside one pass
+            pieces.append(_part(seg, head - 1, first % rows, last - (head - 1) * rows))
+            continue
+        if first < head * rows:
+            pieces.append(_part(seg, head - 1, first % rows, rows))
+        if tail > head:
+            runs = _slice_runs(seg.before, seg.after, 0, rows)
+            pieces.append(
+                Piece(seg.source, seg.epoch + head, runs, (tail - head) * rows, tail - head)
+            )
+        if last > tail * rows:
+            pieces.append(_part(seg, tail, 0, last - tail * rows))
     return pieces
+
+
+def _part(seg: Segment, index: int, first: int, last: int) -> Piece:
+    """Rows [first, last) of pass `index` of a segment of whole passes."""
+    runs = _slice_runs(seg.before, seg.after, first, last)
+    return Piece(seg.source, seg.epoch + index, runs, last - first)

@@ -27,6 +27,7 @@ from loader.read.convert import (
     table_to_batch,
 )
 from loader.read.reader import BatchReader, SlicedRead, cut_columns
+from loader.stream import task_order_indices
 
 __all__ = ["SOURCE_FIELD", "MixReader", "join_batches"]
 
@@ -45,8 +46,8 @@ class MixReader:
         )
         if rows:  # plain rows: numeric columns copied once, straight into place
             reads = [
-                self.readers[k].read(self.readers[k].positions(t), sub_reads)
-                for k, t in task.groups
+                self.readers[k].read(self._positions(task, g), sub_reads)
+                for g, (k, _) in enumerate(task.groups)
             ]
             placed = _placed(task, reads)
             if placed is not None:
@@ -71,6 +72,18 @@ class MixReader:
 
     def __getitem__(self, task: MixTask) -> Sequence[Any]:
         return self.batches(task)
+
+    def _positions(self, task: MixTask, group: int) -> NDArray[np.int64]:
+        """Table positions of a group's rows in stream order; of a group of whole passes,
+        each pass in its own epoch's order, end to end (one kernel call)."""
+        k, t = task.groups[group]
+        reader, passes = self.readers[k], task.passes_of(group)
+        if passes == 1:
+            return reader.positions(t)
+        order_idx = task_order_indices(t, reader.plan.rows_per_split)
+        positions = reader.plan.epoch(t.epoch).order_of_passes(passes, order_idx)
+        rows = reader.source.rows
+        return positions if rows is None else rows[positions]
 
 
 def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> SlicedRead:

@@ -36,6 +36,10 @@ class MixTask:
     groups: tuple[tuple[int, BatchTask], ...]  # (dataset, its task)
     layout: tuple[tuple[tuple[int, int], ...], ...]  # per batch: (group, batch in group)
     labels: NDArray[np.int64]  # per row of the batches end to end: its dataset
+    passes: tuple[int, ...] = ()  # per group: whole passes from its task's epoch (1: one pass)
+
+    def passes_of(self, group: int) -> int:
+        return self.passes[group] if self.passes else 1
 
     def places(self) -> list[NDArray[np.int64]]:
         """Per group, the row of the batches (end to end) that each row of its read (in the
@@ -67,26 +71,28 @@ class MixTask:
 def _mix_task(
     epoch: int, index: int, steps: list[tuple[list[Piece], NDArray[np.int64]]], size: int
 ) -> MixTask:
-    keys: dict[tuple[int, int], int] = {}
+    keys: dict[tuple[int, int, int], int] = {}
     parts: list[list[Piece]] = []
     layout = []
     for pieces, _ in steps:
         items = []
         for piece in pieces:
-            group = keys.setdefault((piece.source, piece.epoch), len(parts))
+            group = keys.setdefault((piece.source, piece.epoch, piece.passes), len(parts))
             if group == len(parts):
                 parts.append([])
             items.append((group, len(parts[group])))
             parts[group].append(piece)
         layout.append(tuple(items))
     groups = []
-    for (source, pass_), pieces in zip(keys, parts, strict=True):
+    for (source, pass_, _), pieces in zip(keys, parts, strict=True):
         runs = np.stack([np.concatenate([p.runs[c] for p in pieces]) for c in range(3)], axis=1)
         counts = tuple(len(p.runs[0]) for p in pieces)
         task = BatchTask(pass_, index, tuple(p.count for p in pieces), runs, counts)
         groups.append((source, task))
     labels = np.concatenate([lay for _, lay in steps]) if steps else np.empty(0, np.int64)
-    return MixTask(epoch, index, (size,) * len(steps), tuple(groups), tuple(layout), labels)
+    passes = tuple(passes for _, _, passes in keys)
+    sizes = (size,) * len(steps)
+    return MixTask(epoch, index, sizes, tuple(groups), tuple(layout), labels, passes)
 
 
 class MixStream:

@@ -1,4 +1,4 @@
-"""`elastic-loader inspect` for a mixture's checkpoint: the weights, the phase, and per
+"""`elastic-loader inspect` for a mixture's checkpoint: the weights, the phases, and per
 dataset its pinned source, plan and where its current pass stands."""
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ def mixture_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
                       f"{sum(state[ms.KEY_PHASE_COUNTS]):,} rows since then"),
         ("resumes on", "any W <= G (a mixture's step is one layout of G rows)"),
     ]  # fmt: skip
+    phases = state.get(ms.KEY_PHASES, [])
+    if len(phases) > 1:  # a schedule, set_weights or a resume with new weights
+        shown = "; ".join(f"step {start}: {', '.join(shares)}" for start, shares in phases)
+        rows.insert(3, ("  phases", shown))
     for name, source, supplied in zip(
         names, state[ms.KEY_SOURCES], state[ms.KEY_SUPPLIED], strict=True
     ):
