@@ -234,3 +234,18 @@ def test_a_megatron_ramp_through_the_loader() -> None:
     )
     sizes = [len(batch["id"]) for batch in dl]
     assert sizes[:9] == [8] * 4 + [16] * 2 + [24] * 2 + [32] and sum(sizes) == 400
+
+
+def test_inspect_shows_the_ramp(tmp_path: Any) -> None:
+    from loader import checkpoint
+    from loader.tools.inspect import format_inspect
+
+    table = pa.table({"id": np.arange(200, dtype=np.int64)})
+    dl = StreamingDataLoader(
+        StreamingDataset(table, ["id"], num_splits=4), global_batch_size=8, batch_schedule=[(3, 16)]
+    )
+    it = iter(dl)
+    for _ in range(4):
+        next(it)
+    text = format_inspect(checkpoint.save(dl.state_dict(), tmp_path / "c"))
+    assert "  batch ramp  G 8 from step 0, 16 from step 3; G 16 at step 4\n" in text
