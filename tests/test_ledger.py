@@ -34,7 +34,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return conn
 
 
-def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingDataLoader]:
+def _mixture_loaders(
+    db: Any, world: int, g: int, weights: list[int] = WEIGHTS, **mix: Any
+) -> list[StreamingDataLoader]:
     out = []
     for r in range(world):
         parts = {
@@ -43,7 +45,7 @@ def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingD
             )
             for name in SIZES
         }
-        out.append(StreamingDataLoader(MixedDataset(parts, WEIGHTS, **mix), global_batch_size=g))
+        out.append(StreamingDataLoader(MixedDataset(parts, weights, **mix), global_batch_size=g))
     return out
 
 
@@ -119,6 +121,24 @@ def test_a_mixture_resized_and_skipped(db: Any) -> None:
         assert found.skipped and len(found.positions) == len(found.ranks) == 0
 
 
+def test_new_weights_at_a_resume_bound_what_a_state_answers(db: Any) -> None:
+    """Weights 6:3:1, then 2:5:3 from a resume at step 3: the state taken at the resume
+    answers the new phase exactly; a later one says why it cannot answer the steps before
+    it (the position where the new weights began is not in it)."""
+    first = _mixture_loaders(db, 2, 30)
+    step_together(first, 3)
+    later = _mixture_loaders(db, 2, 30, weights=[2, 5, 3])
+    for dl in later:
+        dl.load_state_dict(first[0].state_dict())
+    at_resume = RunPosition.from_state(later[0].state_dict())
+    got = step_together(later, 3)
+    for t in range(3):
+        assert rows_at_step(at_resume, 3 + t, id_column="id").ids == _step_rows(got, t)[0]
+    run = RunPosition.from_state(later[0].state_dict())
+    with pytest.raises(ValueError, match=r"took effect at global step 3 .*steps from 6 on can"):
+        rows_at_step(run, 4)
+
+
 def test_the_cli_answers_a_mixture_checkpoint(
     db: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -179,44 +199,47 @@ def docs(db: Any) -> Any:
     return db.create_table("docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))}))
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize(("world", "other"), [(2, 3), (3, 1)])
 def test_packed_blocks_are_the_documents_and_tokens_the_ledger_names(
-    docs: Any, world: int, tmp_path: Path
+    docs: Any, world: int, other: int, tmp_path: Path
 ) -> None:
     """Each block the ranks read is the concatenation of the token ranges of the documents
-    the ledger names (eos after each document), on the rank it names, into the next epoch."""
+    the ledger names (eos after each document), into the next epoch. Saved on W after 2
+    steps, resumed on W', asked from the W' state 2 steps later: the first two steps are the
+    same blocks (named with W''s ranks), the later ones on the ranks that read them."""
     table = docs
     texts = table.to_arrow().column("tokens").to_pylist()
-    loaders = [
-        StreamingDataLoader(
-            StreamingDataset(
-                table, ["tokens"], num_splits=3, rank=r, world_size=world,
-                pack_sequences=16, eos_id=EOS,
-            ),
-            global_batch_size=6,
-        )
-        for r in range(world)
-    ]  # fmt: skip
+    loaders = _packed_resumed(table, world, None)
     first = step_together(loaders, 2)
-    state = loaders[0].state_dict()
-    steps = len(loaders[0]) + 3  # the rest of epoch 0 and into epoch 1
-    rest = step_through_epochs(_packed_resumed(table, world, state), steps - 2)
-    batches = [a + b for a, b in zip(first, rest, strict=True)]
-    checkpoint.save(state, tmp_path / "packed")
+    resumed = _packed_resumed(table, other, loaders[0].state_dict())
+    steps = len(resumed[0]) + 3  # the rest of epoch 0 and into epoch 1
+    rest = step_through_epochs(resumed, 2)
+    checkpoint.save(resumed[0].state_dict(), tmp_path / "packed")
+    more = step_through_epochs(resumed, steps - 4)
+    rest = [a + b for a, b in zip(rest, more, strict=True)]
     run = RunPosition.from_state(checkpoint.load(tmp_path / "packed"))
+    assert isinstance(run, RunPosition) and run.world_size == other
     for t in range(steps):
         found = rows_at_step(run, t)
         assert found.documents is not None
-        blocks = [row for mine in batches for row in mine[t]["input_ids"].tolist()]
-        ranks = [r for r, mine in enumerate(batches) for _ in mine[t]["input_ids"]]
-        assert found.ranks.tolist() == ranks
-        for block, pieces in zip(blocks, found.documents, strict=True):
-            tokens = [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]]
-            assert tokens == block, t
+        mine = first if t < 2 else rest
+        at = t if t < 2 else t - 2
+        blocks = [row for part in mine for row in part[at]["input_ids"].tolist()]
+        got = [
+            [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]]
+            for pieces in found.documents
+        ]
+        if t < 2:
+            assert sorted(got) == sorted(blocks), t
+        else:
+            assert got == blocks, t
+            assert found.ranks.tolist() == [
+                r for r, part in enumerate(rest) for _ in part[at]["input_ids"]
+            ]
     assert rows_at_step(run, steps - 1).epoch == 1
 
 
-def _packed_resumed(table: Any, world: int, state: dict[str, Any]) -> list[Any]:
+def _packed_resumed(table: Any, world: int, state: dict[str, Any] | None) -> list[Any]:
     out = []
     for r in range(world):
         ds = StreamingDataset(
@@ -224,7 +247,8 @@ def _packed_resumed(table: Any, world: int, state: dict[str, Any]) -> list[Any]:
             pack_sequences=16, eos_id=EOS,
         )  # fmt: skip
         dl = StreamingDataLoader(ds, global_batch_size=6)
-        dl.load_state_dict(state)
+        if state is not None:
+            dl.load_state_dict(state)
         out.append(dl)
     return out
 
