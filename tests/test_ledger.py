@@ -315,3 +315,46 @@ def test_a_batch_ramp_resized_mid_way(db: Any, tmp_path: Path, capsys: Any) -> N
     with pytest.raises(SystemExit):  # argparse: exit status 2 and the usage
         cli.main([*plan[:-1], "6:x"])
     assert "'x' is not a number" in capsys.readouterr().err
+
+
+def test_a_packed_mixture_names_each_blocks_dataset_and_documents(
+    db: Any, docs: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two packed tables mixed 2:1 on W=2, into the small one's second pass: each
+    block is the token ranges of the documents the ledger names, in the dataset it names."""
+    tokens = [[-(i * 1000 + t + 1) for t in range(3 + i % 7)] for i in range(20)]  # < 0: its own
+    small = db.create_table(
+        "small_docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))})
+    )
+    texts = {"docs": docs.to_arrow().column("tokens").to_pylist(), "small_docs": tokens}
+
+    def loaders() -> list[Any]:
+        out = []
+        for r in range(2):
+            parts = {
+                name: StreamingDataset(
+                    table, ["tokens"], num_splits=2, rank=r, world_size=2,
+                    pack_sequences=8, eos_id=EOS,
+                )
+                for name, table in (("docs", docs), ("small_docs", small))
+            }  # fmt: skip
+            out.append(StreamingDataLoader(MixedDataset(parts, [2, 1]), global_batch_size=6))
+        return out
+
+    first = loaders()
+    got = step_through_epochs(first, 3)
+    checkpoint.save(first[0].state_dict(), tmp_path / "pm")
+    got = [a + b for a, b in zip(got, step_through_epochs(first, 9), strict=True)]
+    run = RunPosition.from_state(checkpoint.load(tmp_path / "pm"))
+    assert isinstance(run, MixRun) and run.at_step(12).sources[1].epoch == 1  # a second pass
+    for t in range(12):
+        found = rows_at_step(run, t)
+        assert found.documents is not None and found.datasets is not None and found.names
+        blocks = [row for mine in got for row in mine[t]["input_ids"].tolist()]
+        sources = [k for mine in got for k in mine[t]["source"].tolist()]
+        assert found.datasets.tolist() == sources and found.ranks.tolist() == [0] * 3 + [1] * 3
+        for block, k, pieces in zip(blocks, sources, found.documents, strict=True):
+            own = texts[found.names[k]]
+            assert [tok for p, a, z in pieces for tok in (own[p] + [EOS])[a:z]] == block, t
+    assert cli.main(["rows", str(tmp_path / "pm"), "--step", "7"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "rank\tdataset\tblock\tdocuments"

@@ -38,6 +38,10 @@ from loader.tools.rows_mix import MixRun, mixture_rows
 
 __all__ = ["MixRun", "RunPosition", "StepRows", "rows_at_step"]
 
+_MIX_SOURCE = (
+    "source for a mixture is a mapping of dataset name -> source (on the command line "
+    "--source NAME=URI[,NAME=URI ...]), got {}"
+)
 EMPTY_EPOCHS = 64  # consecutive epochs without a step (packed) before `rows` gives up
 
 
@@ -82,7 +86,9 @@ class RunPosition:
                     f"global_batch_size={global_batch_size} differs from the mixture state's "
                     f"{state.get(st.KEY_GLOBAL_BATCH)}: the state's is the run's; leave it out"
                 )
-            return MixRun.from_state(state)
+            if source is not None and not isinstance(source, Mapping):
+                raise ValueError(_MIX_SOURCE.format(type(source).__name__))
+            return MixRun.from_state(state, source, storage_options)
         st.check_state(state)
         plan = state[st.KEY_PLAN]
         saved = state.get(st.KEY_GLOBAL_BATCH)
@@ -175,10 +181,7 @@ def rows_at_step(
         raise ValueError(f"rank must be in [0, {run.world_size - 1}] (W), got {rank!r}")
     if isinstance(run, MixRun):
         if source is not None and not isinstance(source, Mapping):
-            raise ValueError(
-                "source for a mixture is a mapping of dataset name -> source, got "
-                f"{type(source).__name__}"
-            )
+            raise ValueError(_MIX_SOURCE.format(type(source).__name__))
         return mixture_rows(
             run, step, rank, id_column=id_column, source=source, storage_options=storage_options
         )

@@ -16,7 +16,7 @@ ones when the run began with every dataset at its first pass and kept its weight
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from loader.mixture import state as ms
 from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights, rank_pieces
 from loader.plan import PlanSpec
 from loader.stream import runs_order_indices
+from loader.tools import rows_packed
 from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
 
 __all__ = ["MixRun", "mixture_rows"]
@@ -48,32 +49,58 @@ class MixRun:
     filters: tuple[str | None, ...]
     sources: tuple[dict[str, Any], ...]
     steps_skipped: tuple[tuple[int, int], ...] = ()
+    packed: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # k -> (blocks, source)
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> MixRun:
-        """A mixture state's run (`StreamingDataLoader(mixture).state_dict()`)."""
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        source: Mapping[str, Any] | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> MixRun:
+        """A mixture state's run (`StreamingDataLoader(mixture).state_dict()`). Its packed
+        datasets' tables are opened (at their pinned versions, or `source[name]`) to cut
+        their blocks, as their loaders do."""
         ms.check_mixture_state(state)
         parts = state[ms.KEY_SOURCES]
-        packed = [n for n, p in zip(state[ms.KEY_NAMES], parts, strict=True) if _packed(p)]
-        if packed:
-            raise ValueError(
-                f"datasets {packed} of this mixture are packed (pack_sequences): the ledger "
-                "answers mixtures of row datasets, and packed runs of one dataset"
-            )
         specs = tuple(plan_spec(p[st.KEY_PLAN]) for p in parts)
-        count = len(specs)
-        weights = Weights.of(parse_weights(state[ms.KEY_WEIGHTS]), count, "state weights")
+        packed: dict[int, tuple[Any, Any]] = {}  # k -> (its PackedTokens, its opened source)
+        for k, (name, part) in enumerate(zip(state[ms.KEY_NAMES], parts, strict=True)):
+            plan = part[st.KEY_PLAN]
+            if plan.get(st.PLAN_PACK_SEQUENCES) is None:
+                continue
+            try:
+                opened = open_saved(
+                    part[st.KEY_SOURCE],
+                    specs[k].num_rows,
+                    columns=[plan["token_column"]],
+                    filter=plan.get("filter"),
+                    source=(source or {}).get(name),
+                    storage_options=storage_options,
+                )
+            except ValueError as err:
+                raise ValueError(f"dataset {name!r}: {err}") from None
+            packed[k] = (rows_packed.packing_of(plan, specs[k], opened), opened)
+
+        def units(k: int, epoch: int) -> int:
+            if k in packed:
+                return int(packed[k][0].blocks_per_split(epoch))
+            return specs[k].rows_per_split
+
+        weights = Weights.of(parse_weights(state[ms.KEY_WEIGHTS]), len(specs), "state weights")
         plan = MixPlan(
             weights,
             tuple(spec.num_splits for spec in specs),
-            lambda k, _epoch: specs[k].rows_per_split,
+            units,
             state.get(ms.KEY_SEED),
             state[ms.KEY_EPOCH_RULE],
         )
         sources = []
-        for spec, part in zip(specs, parts, strict=True):
+        for k, (spec, part) in enumerate(zip(specs, parts, strict=True)):
             epoch, cursors = int(part[st.KEY_EPOCH]), tuple(part[st.KEY_CURSORS])
-            if all(c == spec.rows_per_split for c in cursors):  # a finished pass: the next
+            if k in packed:
+                cursors = rows_packed.block_cursors(packed[k][0], part)
+            if all(c == units(k, epoch) for c in cursors):  # a finished pass: the next
                 epoch, cursors = epoch + 1, (0,) * spec.num_splits
             sources.append(SourceAt(epoch, cursors))
         position = MixPosition(
@@ -96,6 +123,7 @@ class MixRun:
             tuple(p[st.KEY_PLAN].get("filter") for p in parts),
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
             tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
+            packed,
         )
 
     def at_step(self, step: int) -> MixPosition:
@@ -144,12 +172,18 @@ def mixture_rows(
     if in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, pos.epoch, pos.step, world, g, id_column)
     _, segments = run.plan.step(pos, g)
-    positions, datasets, ranks = [], [], []
+    positions, datasets, ranks, documents = [], [], [], []
     for r in range(world) if rank is None else (rank,):
         for piece in rank_pieces(segments, *slice_bounds(r, world, g)):
             k = piece.source
-            idx = runs_order_indices(piece.runs, run.specs[k].rows_per_split)
-            positions.append(run.specs[k].epoch(piece.epoch).order(idx))
+            idx = runs_order_indices(piece.runs, run.plan.units(k, piece.epoch))
+            if k in run.packed:  # blocks: their number, and the documents cut into them
+                positions.append(idx)
+                blocks, opened = run.packed[k]
+                documents += rows_packed.block_pieces(blocks, opened, piece.epoch, idx)
+            else:
+                positions.append(run.specs[k].epoch(piece.epoch).order(idx))
+                documents += [[] for _ in idx]
             datasets.append(np.full(len(idx), k, dtype=np.int64))
             ranks.append(np.full(len(idx), r, dtype=np.int64))
     found = StepRows(
@@ -162,7 +196,15 @@ def mixture_rows(
         _joined(ranks),
         datasets=_joined(datasets),
         names=run.names,
+        documents=documents if run.packed else None,
     )
+    if run.packed:
+        if id_column is not None:
+            raise ValueError(
+                "id_column with packed datasets: their rows are blocks; `documents` names "
+                "the table positions each was cut from"
+            )
+        return found
     if id_column is None and not any(run.filters):
         return found
     return _from_sources(found, run, id_column, source or {}, storage_options)
@@ -209,7 +251,3 @@ def _from_sources(
         ids=ids if id_column is not None else None,
         id_column=id_column,
     )
-
-
-def _packed(part: dict[str, Any]) -> bool:
-    return part.get(st.KEY_PLAN, {}).get(st.PLAN_PACK_SEQUENCES) is not None
