@@ -35,7 +35,12 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _mixture_loaders(
-    db: Any, world: int, g: int, weights: list[int] = WEIGHTS, **mix: Any
+    db: Any,
+    world: int,
+    g: int,
+    weights: list[int] = WEIGHTS,
+    ramp: list[tuple[int, int]] | None = None,
+    **mix: Any,
 ) -> list[StreamingDataLoader]:
     out = []
     for r in range(world):
@@ -45,7 +50,8 @@ def _mixture_loaders(
             )
             for name in SIZES
         }
-        out.append(StreamingDataLoader(MixedDataset(parts, weights, **mix), global_batch_size=g))
+        mixture = MixedDataset(parts, weights, **mix)
+        out.append(StreamingDataLoader(mixture, global_batch_size=g, batch_schedule=ramp))
     return out
 
 
@@ -119,6 +125,28 @@ def test_a_mixture_resized_and_skipped(db: Any) -> None:
     for t in (6, 7):
         found = rows_at_step(run, t)
         assert found.skipped and len(found.positions) == len(found.ranks) == 0
+
+
+def test_a_mixtures_batch_ramp_resized(db: Any) -> None:
+    """A mixture ramping G 10 -> 20 -> 40, saved on W=2 after 3 steps, resumed on W=3: the
+    later state answers every step with its own G, as the ranks read them."""
+    ramp = [(2, 20), (5, 40)]
+    two = _mixture_loaders(db, 2, 10, ramp=ramp)
+    before = step_together(two, 3)
+    three = _mixture_loaders(db, 3, 10, ramp=ramp)
+    for dl in three:
+        dl.load_state_dict(two[0].state_dict())
+    after = step_through_epochs(three, 20)
+    run = RunPosition.from_state(three[0].state_dict())
+    for t in range(3):
+        ids, _, _ = _step_rows(before, t)
+        assert sorted(rows_at_step(run, t, id_column="id").ids or []) == sorted(ids)
+    for t in range(20):
+        ids, ranks, sources = _step_rows(after, t)
+        found = rows_at_step(run, 3 + t, id_column="id")
+        assert (found.ids, found.ranks.tolist()) == (ids, ranks), t
+        assert found.datasets is not None and found.datasets.tolist() == sources
+        assert found.global_batch_size == len(ids) == (10 if t + 3 < 2 else 20 if t + 3 < 5 else 40)
 
 
 def test_new_weights_at_a_resume_bound_what_a_state_answers(db: Any) -> None:

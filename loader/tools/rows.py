@@ -33,7 +33,14 @@ from loader.mixture import state as ms
 from loader.plan import PlanSpec
 from loader.stream import Batching, RankStream, rank_stream, task_order_indices
 from loader.tools import rows_packed
-from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
+from loader.tools.rows_base import (
+    StepRows,
+    batching_of_state,
+    in_ranges,
+    open_saved,
+    plan_spec,
+    table_rows,
+)
 from loader.tools.rows_mix import MixRun, mixture_rows
 
 __all__ = ["MixRun", "RunPosition", "StepRows", "rows_at_step"]
@@ -108,7 +115,7 @@ class RunPosition:
         run = cls(
             spec,
             int(state[st.KEY_WORLD_SIZE]),
-            _batching(state, bool(plan.get("drop_last", False)), batch),
+            batching_of_state(state, bool(plan.get("drop_last", False)), batch),
             int(state[st.KEY_EPOCH]),
             tuple(state[st.KEY_CURSORS]),
             step,
@@ -144,15 +151,6 @@ class RunPosition:
         `first_step` (a batch schedule is counted in global steps): what its loader yields."""
         length = self.units(epoch)
         return rank_stream(epoch, cursors, length, rank, self.world_size, self.batching, first_step)
-
-
-def _batching(state: dict[str, Any], drop_last: bool, batch: int) -> Batching:
-    """A state's batching: its G, or its batch schedule ([[0, G0], [step, G], ...])."""
-    schedule = state.get(st.KEY_BATCH_SCHEDULE)
-    if not schedule:
-        return Batching(None, drop_last, batch)
-    changes = tuple((int(at), int(g)) for at, g in schedule[1:])
-    return Batching(None, drop_last, int(schedule[0][1]), changes)
 
 
 def rows_at_step(

@@ -27,9 +27,16 @@ from loader.layout import slice_bounds
 from loader.mixture import state as ms
 from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights, rank_pieces
 from loader.plan import PlanSpec
-from loader.stream import runs_order_indices
+from loader.stream import Batching, runs_order_indices
 from loader.tools import rows_packed
-from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
+from loader.tools.rows_base import (
+    StepRows,
+    batching_of_state,
+    in_ranges,
+    open_saved,
+    plan_spec,
+    table_rows,
+)
 
 __all__ = ["MixRun", "mixture_rows"]
 
@@ -50,6 +57,13 @@ class MixRun:
     sources: tuple[dict[str, Any], ...]
     steps_skipped: tuple[tuple[int, int], ...] = ()
     packed: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # k -> (blocks, source)
+    batching: Batching | None = None  # a batch schedule's; None: `global_batch` throughout
+
+    def rows(self, step: int) -> int:
+        """G of global step `step`."""
+        if self.batching is None:
+            return self.global_batch
+        return self.batching.rows_at(step, self.world_size)
 
     @classmethod
     def from_state(
@@ -124,13 +138,14 @@ class MixRun:
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
             tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
             packed,
+            batching_of_state(state, False, state[st.KEY_GLOBAL_BATCH]),
         )
 
     def at_step(self, step: int) -> MixPosition:
         """The position before global step `step` (see the module docstring)."""
         if step >= self.position.global_step:
             pos = self.position
-            if self.plan.steps_left(pos, self.global_batch) == 0:  # its epoch is over
+            if self.plan.steps_left(pos, self.rows(pos.global_step)) == 0:  # epoch over
                 passes = tuple(s.epoch for s in pos.sources)
                 pos = replace(pos, epoch=pos.epoch + 1, step=0, epoch_passes=passes)
             return self._walk(pos, step - pos.global_step)
@@ -144,7 +159,7 @@ class MixRun:
         start = MixPosition.start([SourceAt(0, (0,) * s.num_splits) for s in self.specs])
         if self._walk(start, here) != self.position:
             raise ValueError(
-                f"{here} steps of G={self.global_batch} from every dataset's first pass do not "
+                f"{here} steps of the run's G from every dataset's first pass do not "
                 f"lead to this state (the run began elsewhere, or G changed): its earlier steps "
                 f"cannot be computed from it; steps from {here} on can"
             )
@@ -152,7 +167,7 @@ class MixRun:
 
     def _walk(self, pos: MixPosition, steps: int) -> MixPosition:
         for _ in range(steps):
-            pos, _ = self.plan.step(pos, self.global_batch)
+            pos, _ = self.plan.step(pos, self.rows(pos.global_step))
         return pos
 
 
@@ -168,7 +183,7 @@ def mixture_rows(
     """Global step `step` of a mixture, of every rank or of `rank` (as `rows_at_step`).
     `source`: a name -> source mapping for the datasets whose saved URI cannot be opened."""
     pos = run.at_step(step)
-    world, g = run.world_size, run.global_batch
+    world, g = run.world_size, run.rows(step)
     if in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, pos.epoch, pos.step, world, g, id_column)
     _, segments = run.plan.step(pos, g)
