@@ -28,15 +28,8 @@ from loader.mixture import state as ms
 from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights, rank_pieces
 from loader.plan import PlanSpec
 from loader.stream import Batching, runs_order_indices
-from loader.tools import rows_packed
-from loader.tools.rows_base import (
-    StepRows,
-    batching_of_state,
-    in_ranges,
-    open_saved,
-    plan_spec,
-    table_rows,
-)
+from loader.tools import rows_base, rows_packed
+from loader.tools.rows_base import StepRows
 
 __all__ = ["MixRun", "mixture_rows"]
 
@@ -77,14 +70,14 @@ class MixRun:
         their blocks, as their loaders do."""
         ms.check_mixture_state(state)
         parts = state[ms.KEY_SOURCES]
-        specs = tuple(plan_spec(p[st.KEY_PLAN]) for p in parts)
+        specs = tuple(rows_base.plan_spec(p[st.KEY_PLAN]) for p in parts)
         packed: dict[int, tuple[Any, Any]] = {}  # k -> (its PackedTokens, its opened source)
         for k, (name, part) in enumerate(zip(state[ms.KEY_NAMES], parts, strict=True)):
             plan = part[st.KEY_PLAN]
             if plan.get(st.PLAN_PACK_SEQUENCES) is None:
                 continue
             try:
-                opened = open_saved(
+                opened = rows_base.open_saved(
                     part[st.KEY_SOURCE],
                     specs[k].num_rows,
                     columns=[plan["token_column"]],
@@ -138,7 +131,7 @@ class MixRun:
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
             tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
             packed,
-            batching_of_state(state, False, state[st.KEY_GLOBAL_BATCH]),
+            rows_base.batching_of_state(state, False, state[st.KEY_GLOBAL_BATCH]),
         )
 
     def at_step(self, step: int) -> MixPosition:
@@ -184,7 +177,7 @@ def mixture_rows(
     `source`: a name -> source mapping for the datasets whose saved URI cannot be opened."""
     pos = run.at_step(step)
     world, g = run.world_size, run.rows(step)
-    if in_ranges(step, run.steps_skipped):
+    if rows_base.in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, pos.epoch, pos.step, world, g, id_column)
     _, segments = run.plan.step(pos, g)
     positions, datasets, ranks, documents = [], [], [], []
@@ -245,7 +238,7 @@ def _from_sources(
         if not len(mine):
             continue
         try:
-            resolved = open_saved(
+            resolved = rows_base.open_saved(
                 run.sources[k],
                 run.specs[k].num_rows,
                 columns=[id_column] if id_column is not None else None,
@@ -255,7 +248,7 @@ def _from_sources(
             )
         except ValueError as err:
             raise ValueError(f"dataset {name!r}: {err}") from None
-        table, got = table_rows(resolved, found.positions[mine], id_column)
+        table, got = rows_base.table_rows(resolved, found.positions[mine], id_column)
         if table is not None:
             mapped[mine] = table
         for at, value in zip(mine.tolist(), got or [], strict=False):
