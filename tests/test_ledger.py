@@ -386,3 +386,19 @@ def test_a_packed_mixture_names_each_blocks_dataset_and_documents(
             assert [tok for p, a, z in pieces for tok in (own[p] + [EOS])[a:z]] == block, t
     assert cli.main(["rows", str(tmp_path / "pm"), "--step", "7"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "rank\tdataset\tblock\tdocuments"
+
+
+def test_no_traceback_reaches_the_cli_user(
+    db: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails under `elastic-loader rows` is one line on stderr and exit status 2."""
+    loaders = _mixture_loaders(db, 2, 30)
+    checkpoint.save(loaders[0].state_dict(), tmp_path / "mix")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("plan")
+
+    monkeypatch.setattr("loader.tools.rows_cli.rows_at_step", broken)
+    assert cli.main(["rows", str(tmp_path / "mix"), "--step", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "elastic-loader rows: error: KeyError: 'plan'\n"

@@ -132,9 +132,11 @@ def print_rows(args: Any) -> int:
             source=source,
             storage_options=dict(args.storage_option) or None,
         )
-    except (CheckpointError, ValueError, OSError, KeyError, TypeError, IndexError) as exc:
-        message = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError | IndexError) else exc
-        print(f"elastic-loader rows: error: {message}", file=sys.stderr)
+    except (CheckpointError, ValueError, OSError) as exc:  # the message says why
+        print(f"elastic-loader rows: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the CLI's boundary: one line naming the error, never a traceback
+        print(f"elastic-loader rows: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     print(format_rows(found, args.json))
     return 0
