@@ -14,6 +14,8 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint, rows_at_step
 from loader.tools import cli
@@ -402,3 +404,77 @@ def test_no_traceback_reaches_the_cli_user(
     assert cli.main(["rows", str(tmp_path / "mix"), "--step", "0"]) == 2
     err = capsys.readouterr().err
     assert err == "elastic-loader rows: error: KeyError: 'plan'\n"
+
+
+@st.composite
+def _mixture_runs(draw: st.DrawFn) -> dict[str, Any]:
+    g = draw(st.integers(2, 24))
+    return {
+        "rows": [draw(st.integers(8, 60)) for _ in range(draw(st.integers(1, 3)))],
+        "splits": draw(st.integers(1, 4)),
+        "weights": draw(st.lists(st.integers(1, 6), min_size=3, max_size=3)),
+        "seed": draw(st.none() | st.integers(0, 9)),
+        "g": g,
+        "worlds": (draw(st.integers(1, min(g, 4))), draw(st.integers(1, min(g, 4)))),
+        "resize_at": draw(st.integers(0, 6)),
+        "skip": draw(st.none() | st.tuples(st.integers(0, 12), st.integers(1, 3))),
+    }
+
+
+@settings(max_examples=10, deadline=None)
+@given(job=_mixture_runs())
+def test_the_ledger_of_any_mixture_run(job: dict[str, Any]) -> None:
+    """Any mixture (datasets, weights, seed, G), resized from W to W' at any step, with a
+    range of steps skipped after the resize: asked from the final state, every step after
+    the resize is what the W' ranks read (ids, ranks, datasets), every earlier one the same
+    rows, a skipped one skipped."""
+    tables = [
+        pa.table({"id": np.arange(n, dtype=np.int64) + k * 10_000})
+        for k, n in enumerate(job["rows"])
+    ]
+
+    def loaders(world: int) -> list[Any]:
+        out = []
+        for r in range(world):
+            parts = {
+                f"d{k}": StreamingDataset(
+                    t, ["id"], num_splits=job["splits"], rank=r, world_size=world
+                )
+                for k, t in enumerate(tables)
+            }
+            weights = job["weights"][: len(tables)]
+            mix = MixedDataset(parts, weights, seed=job["seed"], steps_per_epoch=7)
+            out.append(StreamingDataLoader(mix, global_batch_size=job["g"]))
+        return out
+
+    world, other = job["worlds"]
+    first = loaders(world)
+    before = step_through_epochs(first, job["resize_at"]) if job["resize_at"] else [[]] * world
+    later = loaders(other)
+    for dl in later:
+        dl.load_state_dict(first[0].state_dict())
+    skipped: set[int] = set()
+    if job["skip"] is not None:
+        start = job["resize_at"] + job["skip"][0]
+        skipped = set(range(start, start + job["skip"][1]))
+        for dl in later:
+            dl.skip_steps(start, start + job["skip"][1])
+    after = step_through_epochs(later, 12)
+    run = RunPosition.from_state(later[0].state_dict())
+    for t in range(job["resize_at"]):
+        found = rows_at_step(run, t)
+        assert found.datasets is not None
+        ids = (found.positions + found.datasets * 10_000).tolist()
+        assert sorted(ids) == sorted(_step_rows(before, t)[0]), t
+    step, t = job["resize_at"], 0
+    while t < 12:
+        found = rows_at_step(run, step)
+        if step in skipped:
+            assert found.skipped and len(found.positions) == 0
+        else:
+            assert found.datasets is not None
+            ids, ranks, sources = _step_rows(after, t)
+            assert (found.positions + found.datasets * 10_000).tolist() == ids, step
+            assert found.ranks.tolist() == ranks and found.datasets.tolist() == sources
+            t += 1
+        step += 1
