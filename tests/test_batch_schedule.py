@@ -323,3 +323,26 @@ def test_a_mixtures_ramp_is_elastic(job: dict[str, Any]) -> None:
         counts = Counter(i for r in rows for i in r if k * 1000 <= i < k * 1000 + n)
         assert max(counts.values(), default=0) - min(counts.values(), default=0) <= 1
         assert len(counts) == n or max(counts.values(), default=1) == 1
+
+
+@pytest.mark.parametrize("ramp", [[(2, 12), (4, 24)], [(1, 6), (30, 60)], [(3, 4)]])
+def test_a_mixture_epoch_ended_by_a_pass_counts_its_ramped_steps(
+    ramp: list[tuple[int, int]],
+) -> None:
+    """The default epoch (until the slowest dataset's pass ends) under a ramp: `len()` before
+    each epoch, and after every batch, is the number of batches the `for` yields."""
+    parts = {
+        "a": StreamingDataset(
+            pa.table({"id": np.arange(90, dtype=np.int64)}), ["id"], num_splits=3
+        ),
+        "b": StreamingDataset(
+            pa.table({"id": np.arange(40, dtype=np.int64)}), ["id"], num_splits=2
+        ),
+    }
+    dl = StreamingDataLoader(MixedDataset(parts, [2, 1]), global_batch_size=6, batch_schedule=ramp)
+    for _ in range(3):  # epochs
+        expected = len(dl)
+        seen = []
+        for _batch in dl:
+            seen.append(len(dl))
+        assert len(seen) == expected and set(seen[:-1]) <= {expected}
