@@ -79,12 +79,7 @@ def schedule_of(
 ) -> tuple[tuple[int, int], ...]:
     """`batch_schedule=[(global_step, G), ...]` checked: steps rising from 1, each G a
     multiple of S that W ranks can read (as `global_batch_size`, which is G before the
-    first step given)."""
-    if isinstance(dataset, MixedDataset):
-        raise ValueError(
-            "batch_schedule with a MixedDataset is not supported yet: give the mixture one "
-            "global_batch_size (a resume may change it)"
-        )
+    first step given; a mixture's step is one layout of G rows: any G >= W)."""
     if batching.global_batch is None:
         raise ValueError(
             "batch_schedule needs global_batch_size (G before the first step of the schedule, "
@@ -96,7 +91,7 @@ def schedule_of(
             f"{type(batch_schedule).__name__}"
         )
     out: list[tuple[int, int]] = []
-    splits = dataset.num_splits
+    splits = 1 if isinstance(dataset, MixedDataset) else dataset.num_splits  # a mixture: any G
     for i, item in enumerate(batch_schedule):
         name = f"batch_schedule[{i}]"
         if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:

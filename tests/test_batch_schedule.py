@@ -5,6 +5,7 @@ a state taken mid-ramp resumes on another W (and worker count) exactly."""
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
@@ -176,9 +177,9 @@ def test_bad_schedules_name_the_argument() -> None:
     alone = StreamingDataset(table, ["id"], num_splits=4)
     with pytest.raises(ValueError, match="batch_schedule with in_order=False"):
         StreamingDataLoader(alone, global_batch_size=8, batch_schedule=[(2, 4)], in_order=False)
-    mix = MixedDataset([StreamingDataset(table, ["id"], num_splits=4)])
-    with pytest.raises(ValueError, match="batch_schedule with a MixedDataset is not supported"):
-        StreamingDataLoader(mix, global_batch_size=8, batch_schedule=[(2, 16)])
+    mix = MixedDataset([StreamingDataset(table, ["id"], num_splits=4, rank=0, world_size=3)])
+    with pytest.raises(ValueError, match="world_size=3 is more than the global batch G=2"):
+        StreamingDataLoader(mix, global_batch_size=8, batch_schedule=[(2, 2)])
 
 
 def test_the_state_and_len_of_a_ramp() -> None:
@@ -234,3 +235,114 @@ def test_a_megatron_ramp_through_the_loader() -> None:
     )
     sizes = [len(batch["id"]) for batch in dl]
     assert sizes[:9] == [8] * 4 + [16] * 2 + [24] * 2 + [32] and sum(sizes) == 400
+
+
+def test_inspect_shows_the_ramp(tmp_path: Any) -> None:
+    from loader import checkpoint
+    from loader.tools.inspect import format_inspect
+
+    table = pa.table({"id": np.arange(200, dtype=np.int64)})
+    dl = StreamingDataLoader(
+        StreamingDataset(table, ["id"], num_splits=4), global_batch_size=8, batch_schedule=[(3, 16)]
+    )
+    it = iter(dl)
+    for _ in range(4):
+        next(it)
+    text = format_inspect(checkpoint.save(dl.state_dict(), tmp_path / "c"))
+    assert "  batch ramp  G 8 from step 0, 16 from step 3; G 16 at step 4\n" in text
+
+
+@st.composite
+def mixture_ramps(draw: st.DrawFn) -> dict[str, Any]:
+    """Two datasets (sizes, splits, weights), a ramp of any G's (a mixture's step is one
+    layout of G rows), W, W' <= the smallest G, a crash point and a worker count."""
+    sizes = draw(st.lists(st.integers(2, 9), min_size=1, max_size=3))
+    steps = sorted(
+        draw(st.sets(st.integers(1, 12), min_size=len(sizes) - 1, max_size=len(sizes) - 1))
+    )
+    smallest = min(sizes)
+    splits = (draw(st.integers(1, 4)), draw(st.integers(1, 3)))  # N a multiple of S below
+    return {
+        "splits": splits,
+        "rows": (splits[0] * draw(st.integers(8, 25)), splits[1] * draw(st.integers(3, 15))),
+        "weights": [draw(st.integers(1, 5)), draw(st.integers(0, 5))],
+        "g0": sizes[0],
+        "schedule": list(zip(steps, sizes[1:], strict=True)),
+        "worlds": (draw(st.integers(1, smallest)), draw(st.integers(1, smallest))),
+        "crash": draw(st.integers(0, 20)),
+        "workers": draw(st.sampled_from([0, 0, 0, 2])),
+    }
+
+
+def _mixture_loaders(job: dict[str, Any], world: int, workers: int = 0) -> list[Any]:
+    tables = [
+        pa.table({"id": np.arange(n, dtype=np.int64) + k * 1000}) for k, n in enumerate(job["rows"])
+    ]
+    out = []
+    for r in range(world):
+        parts = {
+            f"d{k}": StreamingDataset(t, ["id"], num_splits=s, rank=r, world_size=world)
+            for k, (t, s) in enumerate(zip(tables, job["splits"], strict=True))
+        }
+        out.append(
+            StreamingDataLoader(
+                MixedDataset(parts, job["weights"], steps_per_epoch=9),
+                num_workers=workers,
+                global_batch_size=job["g0"],
+                batch_schedule=job["schedule"],
+            )
+        )
+    return out
+
+
+@settings(max_examples=10, deadline=None)
+@given(job=mixture_ramps())
+@example(
+    job={
+        "rows": (60, 20), "splits": (4, 2), "weights": [3, 1], "g0": 4,
+        "schedule": [(3, 8), (6, 12)], "worlds": (2, 3), "crash": 5, "workers": 2,
+    }
+)  # fmt: skip
+def test_a_mixtures_ramp_is_elastic(job: dict[str, Any]) -> None:
+    """A mixture's batch ramp over two epochs (9 steps each): step t is G(t) rows, the same
+    on W and W' after a crash at any step (workers included), `loss_scale` W / G(t), and
+    no row of a dataset's pass twice."""
+    world, other = job["worlds"]
+    rows, scales, lengths, _ = _run(_mixture_loaders(job, world), 18)
+    batching = Batching(None, False, job["g0"], tuple(job["schedule"]))
+    assert [len(r) for r in rows] == [batching.rows_at(t, world) for t in range(18)]
+    assert scales == [world / len(r) for r in rows] and set(lengths) == {9}
+    crash = min(job["crash"], 17)
+    before = _mixture_loaders(job, world)
+    done = _run(before, crash)[0] if crash else []
+    resumed = _mixture_loaders(job, other, job["workers"])
+    for dl in resumed:
+        dl.load_state_dict(before[0].state_dict())
+    assert done + _run(resumed, 18 - crash)[0] == rows
+    for k, n in enumerate(job["rows"]):  # every pass reads each row once
+        counts = Counter(i for r in rows for i in r if k * 1000 <= i < k * 1000 + n)
+        assert max(counts.values(), default=0) - min(counts.values(), default=0) <= 1
+        assert len(counts) == n or max(counts.values(), default=1) == 1
+
+
+@pytest.mark.parametrize("ramp", [[(2, 12), (4, 24)], [(1, 6), (30, 60)], [(3, 4)]])
+def test_a_mixture_epoch_ended_by_a_pass_counts_its_ramped_steps(
+    ramp: list[tuple[int, int]],
+) -> None:
+    """The default epoch (until the slowest dataset's pass ends) under a ramp: `len()` before
+    each epoch, and after every batch, is the number of batches the `for` yields."""
+    parts = {
+        "a": StreamingDataset(
+            pa.table({"id": np.arange(90, dtype=np.int64)}), ["id"], num_splits=3
+        ),
+        "b": StreamingDataset(
+            pa.table({"id": np.arange(40, dtype=np.int64)}), ["id"], num_splits=2
+        ),
+    }
+    dl = StreamingDataLoader(MixedDataset(parts, [2, 1]), global_batch_size=6, batch_schedule=ramp)
+    for _ in range(3):  # epochs
+        expected = len(dl)
+        seen = []
+        for _batch in dl:
+            seen.append(len(dl))
+        assert len(seen) == expected and set(seen[:-1]) <= {expected}

@@ -14,6 +14,8 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint, rows_at_step
 from loader.tools import cli
@@ -34,7 +36,14 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return conn
 
 
-def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingDataLoader]:
+def _mixture_loaders(
+    db: Any,
+    world: int,
+    g: int,
+    weights: list[int] = WEIGHTS,
+    ramp: list[tuple[int, int]] | None = None,
+    **mix: Any,
+) -> list[StreamingDataLoader]:
     out = []
     for r in range(world):
         parts = {
@@ -43,7 +52,8 @@ def _mixture_loaders(db: Any, world: int, g: int, **mix: Any) -> list[StreamingD
             )
             for name in SIZES
         }
-        out.append(StreamingDataLoader(MixedDataset(parts, WEIGHTS, **mix), global_batch_size=g))
+        mixture = MixedDataset(parts, weights, **mix)
+        out.append(StreamingDataLoader(mixture, global_batch_size=g, batch_schedule=ramp))
     return out
 
 
@@ -119,6 +129,46 @@ def test_a_mixture_resized_and_skipped(db: Any) -> None:
         assert found.skipped and len(found.positions) == len(found.ranks) == 0
 
 
+def test_a_mixtures_batch_ramp_resized(db: Any) -> None:
+    """A mixture ramping G 10 -> 20 -> 40, saved on W=2 after 3 steps, resumed on W=3: the
+    later state answers every step with its own G, as the ranks read them."""
+    ramp = [(2, 20), (5, 40)]
+    two = _mixture_loaders(db, 2, 10, ramp=ramp)
+    before = step_together(two, 3)
+    three = _mixture_loaders(db, 3, 10, ramp=ramp)
+    for dl in three:
+        dl.load_state_dict(two[0].state_dict())
+    after = step_through_epochs(three, 20)
+    run = RunPosition.from_state(three[0].state_dict())
+    for t in range(3):
+        ids, _, _ = _step_rows(before, t)
+        assert sorted(rows_at_step(run, t, id_column="id").ids or []) == sorted(ids)
+    for t in range(20):
+        ids, ranks, sources = _step_rows(after, t)
+        found = rows_at_step(run, 3 + t, id_column="id")
+        assert (found.ids, found.ranks.tolist()) == (ids, ranks), t
+        assert found.datasets is not None and found.datasets.tolist() == sources
+        assert found.global_batch_size == len(ids) == (10 if t + 3 < 2 else 20 if t + 3 < 5 else 40)
+
+
+def test_new_weights_at_a_resume_bound_what_a_state_answers(db: Any) -> None:
+    """Weights 6:3:1, then 2:5:3 from a resume at step 3: the state taken at the resume
+    answers the new phase exactly; a later one says why it cannot answer the steps before
+    it (the position where the new weights began is not in it)."""
+    first = _mixture_loaders(db, 2, 30)
+    step_together(first, 3)
+    later = _mixture_loaders(db, 2, 30, weights=[2, 5, 3])
+    for dl in later:
+        dl.load_state_dict(first[0].state_dict())
+    at_resume = RunPosition.from_state(later[0].state_dict())
+    got = step_together(later, 3)
+    for t in range(3):
+        assert rows_at_step(at_resume, 3 + t, id_column="id").ids == _step_rows(got, t)[0]
+    run = RunPosition.from_state(later[0].state_dict())
+    with pytest.raises(ValueError, match=r"took effect at global step 3 .*steps from 6 on can"):
+        rows_at_step(run, 4)
+
+
 def test_the_cli_answers_a_mixture_checkpoint(
     db: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -179,44 +229,47 @@ def docs(db: Any) -> Any:
     return db.create_table("docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))}))
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize(("world", "other"), [(2, 3), (3, 1)])
 def test_packed_blocks_are_the_documents_and_tokens_the_ledger_names(
-    docs: Any, world: int, tmp_path: Path
+    docs: Any, world: int, other: int, tmp_path: Path
 ) -> None:
     """Each block the ranks read is the concatenation of the token ranges of the documents
-    the ledger names (eos after each document), on the rank it names, into the next epoch."""
+    the ledger names (eos after each document), into the next epoch. Saved on W after 2
+    steps, resumed on W', asked from the W' state 2 steps later: the first two steps are the
+    same blocks (named with W''s ranks), the later ones on the ranks that read them."""
     table = docs
     texts = table.to_arrow().column("tokens").to_pylist()
-    loaders = [
-        StreamingDataLoader(
-            StreamingDataset(
-                table, ["tokens"], num_splits=3, rank=r, world_size=world,
-                pack_sequences=16, eos_id=EOS,
-            ),
-            global_batch_size=6,
-        )
-        for r in range(world)
-    ]  # fmt: skip
+    loaders = _packed_resumed(table, world, None)
     first = step_together(loaders, 2)
-    state = loaders[0].state_dict()
-    steps = len(loaders[0]) + 3  # the rest of epoch 0 and into epoch 1
-    rest = step_through_epochs(_packed_resumed(table, world, state), steps - 2)
-    batches = [a + b for a, b in zip(first, rest, strict=True)]
-    checkpoint.save(state, tmp_path / "packed")
+    resumed = _packed_resumed(table, other, loaders[0].state_dict())
+    steps = len(resumed[0]) + 3  # the rest of epoch 0 and into epoch 1
+    rest = step_through_epochs(resumed, 2)
+    checkpoint.save(resumed[0].state_dict(), tmp_path / "packed")
+    more = step_through_epochs(resumed, steps - 4)
+    rest = [a + b for a, b in zip(rest, more, strict=True)]
     run = RunPosition.from_state(checkpoint.load(tmp_path / "packed"))
+    assert isinstance(run, RunPosition) and run.world_size == other
     for t in range(steps):
         found = rows_at_step(run, t)
         assert found.documents is not None
-        blocks = [row for mine in batches for row in mine[t]["input_ids"].tolist()]
-        ranks = [r for r, mine in enumerate(batches) for _ in mine[t]["input_ids"]]
-        assert found.ranks.tolist() == ranks
-        for block, pieces in zip(blocks, found.documents, strict=True):
-            tokens = [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]]
-            assert tokens == block, t
+        mine = first if t < 2 else rest
+        at = t if t < 2 else t - 2
+        blocks = [row for part in mine for row in part[at]["input_ids"].tolist()]
+        got = [
+            [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]]
+            for pieces in found.documents
+        ]
+        if t < 2:
+            assert sorted(got) == sorted(blocks), t
+        else:
+            assert got == blocks, t
+            assert found.ranks.tolist() == [
+                r for r, part in enumerate(rest) for _ in part[at]["input_ids"]
+            ]
     assert rows_at_step(run, steps - 1).epoch == 1
 
 
-def _packed_resumed(table: Any, world: int, state: dict[str, Any]) -> list[Any]:
+def _packed_resumed(table: Any, world: int, state: dict[str, Any] | None) -> list[Any]:
     out = []
     for r in range(world):
         ds = StreamingDataset(
@@ -224,7 +277,8 @@ def _packed_resumed(table: Any, world: int, state: dict[str, Any]) -> list[Any]:
             pack_sequences=16, eos_id=EOS,
         )  # fmt: skip
         dl = StreamingDataLoader(ds, global_batch_size=6)
-        dl.load_state_dict(state)
+        if state is not None:
+            dl.load_state_dict(state)
         out.append(dl)
     return out
 
@@ -291,3 +345,136 @@ def test_a_batch_ramp_resized_mid_way(db: Any, tmp_path: Path, capsys: Any) -> N
     with pytest.raises(SystemExit):  # argparse: exit status 2 and the usage
         cli.main([*plan[:-1], "6:x"])
     assert "'x' is not a number" in capsys.readouterr().err
+
+
+def test_a_packed_mixture_names_each_blocks_dataset_and_documents(
+    db: Any, docs: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two packed tables mixed 2:1 on W=2, into the small one's second pass: each
+    block is the token ranges of the documents the ledger names, in the dataset it names."""
+    tokens = [[-(i * 1000 + t + 1) for t in range(3 + i % 7)] for i in range(20)]  # < 0: its own
+    small = db.create_table(
+        "small_docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))})
+    )
+    texts = {"docs": docs.to_arrow().column("tokens").to_pylist(), "small_docs": tokens}
+
+    def loaders() -> list[Any]:
+        out = []
+        for r in range(2):
+            parts = {
+                name: StreamingDataset(
+                    table, ["tokens"], num_splits=2, rank=r, world_size=2,
+                    pack_sequences=8, eos_id=EOS,
+                )
+                for name, table in (("docs", docs), ("small_docs", small))
+            }  # fmt: skip
+            out.append(StreamingDataLoader(MixedDataset(parts, [2, 1]), global_batch_size=6))
+        return out
+
+    first = loaders()
+    got = step_through_epochs(first, 3)
+    checkpoint.save(first[0].state_dict(), tmp_path / "pm")
+    got = [a + b for a, b in zip(got, step_through_epochs(first, 9), strict=True)]
+    run = RunPosition.from_state(checkpoint.load(tmp_path / "pm"))
+    assert isinstance(run, MixRun) and run.at_step(12).sources[1].epoch == 1  # a second pass
+    for t in range(12):
+        found = rows_at_step(run, t)
+        assert found.documents is not None and found.datasets is not None and found.names
+        blocks = [row for mine in got for row in mine[t]["input_ids"].tolist()]
+        sources = [k for mine in got for k in mine[t]["source"].tolist()]
+        assert found.datasets.tolist() == sources and found.ranks.tolist() == [0] * 3 + [1] * 3
+        for block, k, pieces in zip(blocks, sources, found.documents, strict=True):
+            own = texts[found.names[k]]
+            assert [tok for p, a, z in pieces for tok in (own[p] + [EOS])[a:z]] == block, t
+    assert cli.main(["rows", str(tmp_path / "pm"), "--step", "7"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "rank\tdataset\tblock\tdocuments"
+
+
+def test_no_traceback_reaches_the_cli_user(
+    db: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails under `elastic-loader rows` is one line on stderr and exit status 2."""
+    loaders = _mixture_loaders(db, 2, 30)
+    checkpoint.save(loaders[0].state_dict(), tmp_path / "mix")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("plan")
+
+    monkeypatch.setattr("loader.tools.rows_cli.rows_at_step", broken)
+    assert cli.main(["rows", str(tmp_path / "mix"), "--step", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "elastic-loader rows: error: KeyError: 'plan'\n"
+
+
+@st.composite
+def _mixture_runs(draw: st.DrawFn) -> dict[str, Any]:
+    g = draw(st.integers(2, 24))
+    return {
+        "rows": [draw(st.integers(8, 60)) for _ in range(draw(st.integers(1, 3)))],
+        "splits": draw(st.integers(1, 4)),
+        "weights": draw(st.lists(st.integers(1, 6), min_size=3, max_size=3)),
+        "seed": draw(st.none() | st.integers(0, 9)),
+        "g": g,
+        "worlds": (draw(st.integers(1, min(g, 4))), draw(st.integers(1, min(g, 4)))),
+        "resize_at": draw(st.integers(0, 6)),
+        "skip": draw(st.none() | st.tuples(st.integers(0, 12), st.integers(1, 3))),
+    }
+
+
+@settings(max_examples=10, deadline=None)
+@given(job=_mixture_runs())
+def test_the_ledger_of_any_mixture_run(job: dict[str, Any]) -> None:
+    """Any mixture (datasets, weights, seed, G), resized from W to W' at any step, with a
+    range of steps skipped after the resize: asked from the final state, every step after
+    the resize is what the W' ranks read (ids, ranks, datasets), every earlier one the same
+    rows, a skipped one skipped."""
+    tables = [
+        pa.table({"id": np.arange(n, dtype=np.int64) + k * 10_000})
+        for k, n in enumerate(job["rows"])
+    ]
+
+    def loaders(world: int) -> list[Any]:
+        out = []
+        for r in range(world):
+            parts = {
+                f"d{k}": StreamingDataset(
+                    t, ["id"], num_splits=job["splits"], rank=r, world_size=world
+                )
+                for k, t in enumerate(tables)
+            }
+            weights = job["weights"][: len(tables)]
+            mix = MixedDataset(parts, weights, seed=job["seed"], steps_per_epoch=7)
+            out.append(StreamingDataLoader(mix, global_batch_size=job["g"]))
+        return out
+
+    world, other = job["worlds"]
+    first = loaders(world)
+    before = step_through_epochs(first, job["resize_at"]) if job["resize_at"] else [[]] * world
+    later = loaders(other)
+    for dl in later:
+        dl.load_state_dict(first[0].state_dict())
+    skipped: set[int] = set()
+    if job["skip"] is not None:
+        start = job["resize_at"] + job["skip"][0]
+        skipped = set(range(start, start + job["skip"][1]))
+        for dl in later:
+            dl.skip_steps(start, start + job["skip"][1])
+    after = step_through_epochs(later, 12)
+    run = RunPosition.from_state(later[0].state_dict())
+    for t in range(job["resize_at"]):
+        found = rows_at_step(run, t)
+        assert found.datasets is not None
+        ids = (found.positions + found.datasets * 10_000).tolist()
+        assert sorted(ids) == sorted(_step_rows(before, t)[0]), t
+    step, t = job["resize_at"], 0
+    while t < 12:
+        found = rows_at_step(run, step)
+        if step in skipped:
+            assert found.skipped and len(found.positions) == 0
+        else:
+            assert found.datasets is not None
+            ids, ranks, sources = _step_rows(after, t)
+            assert (found.positions + found.datasets * 10_000).tolist() == ids, step
+            assert found.ranks.tolist() == ranks and found.datasets.tolist() == sources
+            t += 1
+        step += 1

@@ -43,7 +43,7 @@ from loader.mixture.weights import (
     schedule_phases,
 )
 from loader.plan import PlanSpec
-from loader.progress import Batching
+from loader.progress import Batching, schedule_state
 from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.world import OnWorld, World
@@ -255,7 +255,8 @@ class MixedDataset(OnWorld):
             st.KEY_STEP: pos.step,
             st.KEY_GLOBAL_STEP: pos.global_step,
             st.KEY_WORLD_SIZE: self.world_size,
-            st.KEY_GLOBAL_BATCH: batching.global_rows(self.world_size),
+            st.KEY_GLOBAL_BATCH: batching.rows_at(pos.global_step, self.world_size),
+            **schedule_state(batching, self.world_size),
             ms.KEY_PHASE_START: pos.phase_start,
             ms.KEY_PHASE_COUNTS: list(pos.counts),
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),

@@ -69,7 +69,10 @@ class MixTask:
 
 
 def _mix_task(
-    epoch: int, index: int, steps: list[tuple[list[Piece], NDArray[np.int64]]], size: int
+    epoch: int,
+    index: int,
+    steps: list[tuple[list[Piece], NDArray[np.int64]]],
+    sizes: tuple[int, ...],
 ) -> MixTask:
     keys: dict[tuple[int, int, int], int] = {}
     parts: list[list[Piece]] = []
@@ -91,25 +94,51 @@ def _mix_task(
         groups.append((source, task))
     labels = np.concatenate([lay for _, lay in steps]) if steps else np.empty(0, np.int64)
     passes = tuple(passes for _, _, passes in keys)
-    sizes = (size,) * len(steps)
     return MixTask(epoch, index, sizes, tuple(groups), tuple(layout), labels, passes)
 
 
 class MixStream:
     """The rest of a mixture epoch on one rank from a position: every step G rows, this
-    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface)."""
+    rank's slice [r*G//W, (r+1)*G//W) of each (the loader's stream interface). With a batch
+    schedule (`changes`: (global step, G) from which G changes) each step has its own G."""
 
-    def __init__(self, plan: MixPlan, start: MixPosition, world: World, global_batch: int) -> None:
+    def __init__(
+        self,
+        plan: MixPlan,
+        start: MixPosition,
+        world: World,
+        global_batch: int,
+        changes: tuple[tuple[int, int], ...] = (),
+    ) -> None:
         self.plan, self.start, self.global_batch = plan, start, global_batch
+        self.changes = tuple((at, g) for at, g in changes if at > start.global_step)
         self.epoch = start.epoch
         self.rank, self.world_size = world.rank, world.world_size
-        self.lo, self.hi = slice_bounds(world.rank, world.world_size, global_batch)
-        self.num_batches = plan.steps_left(start, global_batch)
+        self.num_batches = self._steps_left()
         self.after: dict[int, MixPosition] = {}  # positions after steps the tasks walked
         self._walked = (0, start)  # (steps, position) where the last task ended
 
+    def _steps_left(self) -> int:
+        """Steps to the epoch's end: per phase of one G, until the epoch ends inside one."""
+        pos, done = self.start, 0
+        for at, _ in self.changes:
+            rows = self.global_rows(done)
+            left = self.plan.steps_left(pos, rows)
+            if left <= at - pos.global_step:
+                return done + left
+            while pos.global_step < at:  # a whole phase inside the epoch
+                pos, _ = self.plan.step(pos, rows)
+                done += 1
+        return done + self.plan.steps_left(pos, self.global_rows(done))
+
     def global_rows(self, index: int) -> int:
-        return self.global_batch
+        """G of batch `index` (of global step start + index)."""
+        rows = self.global_batch
+        for at, scheduled in self.changes:
+            if at > self.start.global_step + index:
+                break
+            rows = scheduled
+        return rows
 
     def read_ahead_to(self) -> int:
         """The global step after the last one a task was made for (handed to a reader)."""
@@ -119,13 +148,14 @@ class MixStream:
     def replan(self, plan: MixPlan) -> None:
         """Go on with `plan` (new weights from a step not yet read): the steps not yet made
         into tasks, and where the epoch ends, come from it."""
-        walked, pos = self._walked
+        walked, _ = self._walked
         self.plan = plan
-        if walked < self.num_batches:
-            self.num_batches = walked + plan.steps_left(pos, self.global_batch)
+        if walked < self.num_batches:  # the steps made so far are the same under `plan`
+            self.num_batches = self._steps_left()
 
     def task_rows(self, index: int) -> int:
-        return self.hi - self.lo
+        lo, hi = slice_bounds(self.rank, self.world_size, self.global_rows(index))
+        return hi - lo
 
     def task(self, index: int, batches: int = 1) -> MixTask:
         """Steps [index, index + batches) of this rank. Asked in order (the loader walks the
@@ -136,15 +166,19 @@ class MixStream:
         if walked > index:
             walked, pos = 0, self.start
         while walked < index:
-            pos, _ = self.plan.step(pos, self.global_batch)
+            pos, _ = self.plan.step(pos, self.global_rows(walked))
             walked += 1
         steps = []
-        for at in range(index, min(index + batches, self.num_batches)):
-            pos, pieces, layout = self.plan.rank_step(pos, self.global_batch, self.lo, self.hi)
+        stop = min(index + batches, self.num_batches)
+        for at in range(index, stop):
+            rows = self.global_rows(at)
+            lo, hi = slice_bounds(self.rank, self.world_size, rows)
+            pos, pieces, layout = self.plan.rank_step(pos, rows, lo, hi)
             self.after[at] = pos  # `record` takes it instead of stepping again
             steps.append((pieces, layout))
         self._walked = (index + len(steps), pos)
-        return _mix_task(self.epoch, index, steps, self.hi - self.lo)
+        sizes = tuple(self.task_rows(at) for at in range(index, stop))
+        return _mix_task(self.epoch, index, steps, sizes)
 
     def tasks(self, batches_per_read: int) -> Iterator[MixTask]:
         """The whole stream as tasks of `batches_per_read` steps (the last may be fewer)."""
@@ -200,8 +234,8 @@ class MixProgress:
         self._batch_epoch, self.step = position.epoch, position.step
 
     def peek(self, batching: Batching) -> MixStream:
-        g = batching.global_rows(self.world.world_size)
-        return MixStream(self._mixture.mix_plan, self._pos, self.world, g)
+        g = batching.rows_at(self._pos.global_step, self.world.world_size)
+        return MixStream(self._mixture.mix_plan, self._pos, self.world, g, batching.schedule)
 
     def start(self, batching: Batching) -> MixStream:
         self.move(self._pos)
@@ -237,7 +271,7 @@ class MixProgress:
             raise ValueError("a mixture's batches are recorded in order: keep in_order=True")
         walked = current.after.pop(self._done, None)
         if walked is None:
-            walked, _ = self._mixture.mix_plan.step(self._pos, current.global_batch)
+            walked, _ = self._mixture.mix_plan.step(self._pos, current.global_rows(self._done))
         self._pos = walked
         self._done += 1
         self._batch_epoch = current.epoch
@@ -265,8 +299,8 @@ class MixProgress:
             stream = self.peek(batching)
             steps = min(stop - self.global_step, stream.num_batches)
             first, pos = self.global_step, self._pos
-            for _ in range(steps):
-                pos, _ = self._mixture.mix_plan.step(pos, stream.global_batch)
+            for index in range(steps):
+                pos, _ = self._mixture.mix_plan.step(pos, stream.global_rows(index))
             self.steps_skipped.append([first, first + steps])
             self.move(pos)
             if steps == 0:

@@ -95,8 +95,23 @@ def _progress_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
                      f"of {length:,}{' documents' if is_packed else ''} per split"),
         ("  read", f"{read_text}, {100 * read / (s * length):.1f}% of epoch, {finished} of {s} "
                    f"splits finished; skipped {skipped}"),
+        *_schedule_rows(state),
         ("resumes on", _resumes_on(state, s)),
     ]  # fmt: skip
+
+
+def _schedule_rows(state: dict[str, Any]) -> list[tuple[str, str]]:
+    """'G 8 from step 0, 16 from step 3, ...' for a state with a batch schedule."""
+    schedule = state.get(st.KEY_BATCH_SCHEDULE)
+    if not schedule:
+        return []
+    text = ", ".join(f"{g:,} from step {at:,}" for at, g in schedule)
+    return [
+        (
+            "  batch ramp",
+            f"G {text}; G {state[st.KEY_GLOBAL_BATCH]:,} at step {state[st.KEY_GLOBAL_STEP]:,}",
+        )
+    ]
 
 
 def _resumes_on(state: dict[str, Any], num_splits: int) -> str:

@@ -34,11 +34,22 @@ from loader.mixture import state as ms
 from loader.plan import PlanSpec
 from loader.stream import Batching, RankStream, rank_stream, task_order_indices
 from loader.tools import rows_packed
-from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
+from loader.tools.rows_base import (
+    StepRows,
+    batching_of_state,
+    in_ranges,
+    open_saved,
+    plan_spec,
+    table_rows,
+)
 from loader.tools.rows_mix import MixRun, mixture_rows
 
 __all__ = ["MixRun", "RunPosition", "StepRows", "rows_at_step"]
 
+_MIX_SOURCE = (
+    "source for a mixture is a mapping of dataset name -> source (on the command line "
+    "--source NAME=URI[,NAME=URI ...]), got {}"
+)
 EMPTY_EPOCHS = 64  # consecutive epochs without a step (packed) before `rows` gives up
 
 
@@ -83,7 +94,9 @@ class RunPosition:
                     f"global_batch_size={global_batch_size} differs from the mixture state's "
                     f"{state.get(st.KEY_GLOBAL_BATCH)}: the state's is the run's; leave it out"
                 )
-            return MixRun.from_state(state)
+            if source is not None and not isinstance(source, Mapping):
+                raise ValueError(_MIX_SOURCE.format(type(source).__name__))
+            return MixRun.from_state(state, source, storage_options)
         st.check_state(state)
         plan = state[st.KEY_PLAN]
         saved = state.get(st.KEY_GLOBAL_BATCH)
@@ -103,7 +116,7 @@ class RunPosition:
         run = cls(
             spec,
             int(state[st.KEY_WORLD_SIZE]),
-            _batching(state, bool(plan.get("drop_last", False)), batch),
+            batching_of_state(state, bool(plan.get("drop_last", False)), batch),
             int(state[st.KEY_EPOCH]),
             tuple(state[st.KEY_CURSORS]),
             step,
@@ -141,15 +154,6 @@ class RunPosition:
         return rank_stream(epoch, cursors, length, rank, self.world_size, self.batching, first_step)
 
 
-def _batching(state: dict[str, Any], drop_last: bool, batch: int) -> Batching:
-    """A state's batching: its G, or its batch schedule ([[0, G0], [step, G], ...])."""
-    schedule = state.get(st.KEY_BATCH_SCHEDULE)
-    if not schedule:
-        return Batching(None, drop_last, batch)
-    changes = tuple((int(at), int(g)) for at, g in schedule[1:])
-    return Batching(None, drop_last, int(schedule[0][1]), changes)
-
-
 def rows_at_step(
     run: RunPosition | MixRun,
     step: int,
@@ -174,10 +178,7 @@ def rows_at_step(
         raise ValueError(f"rank must be in [0, {run.world_size - 1}] (W), got {rank!r}")
     if isinstance(run, MixRun):
         if source is not None and not isinstance(source, Mapping):
-            raise ValueError(
-                "source for a mixture is a mapping of dataset name -> source, got "
-                f"{type(source).__name__}"
-            )
+            raise ValueError(_MIX_SOURCE.format(type(source).__name__))
         return mixture_rows(
             run, step, rank, id_column=id_column, source=source, storage_options=storage_options
         )

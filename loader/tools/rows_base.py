@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from loader import state as st
 from loader.plan import PlanSpec
+from loader.stream import Batching
 
-__all__ = ["StepRows", "in_ranges", "open_saved", "plan_spec", "table_rows"]
+__all__ = ["StepRows", "batching_of_state", "in_ranges", "open_saved", "plan_spec", "table_rows"]
 
 Document = tuple[int, int, int]  # (table position, first token, stop token) of a block's piece
 
@@ -66,6 +68,15 @@ def plan_spec(plan: dict[str, Any]) -> PlanSpec:
         int(plan.get("shuffle_seed", 0)),
         int(plan.get("shuffle_clump_size") or 1),
     )
+
+
+def batching_of_state(state: dict[str, Any], drop_last: bool, batch: int) -> Batching:
+    """A state's batching: its G, or its batch schedule ([[0, G0], [step, G], ...])."""
+    schedule = state.get(st.KEY_BATCH_SCHEDULE)
+    if not schedule:
+        return Batching(None, drop_last, batch)
+    changes = tuple((int(at), int(g)) for at, g in schedule[1:])
+    return Batching(None, drop_last, int(schedule[0][1]), changes)
 
 
 def in_ranges(step: int, ranges: Any) -> bool:

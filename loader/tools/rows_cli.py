@@ -90,12 +90,12 @@ def format_rows(found: StepRows, as_json: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _mixture_sources(text: str | None) -> dict[str, str] | None:
-    """`--source` of a mixture: NAME=URI[,NAME=URI ...]."""
-    if text is None:
-        return None
+def _source_arg(text: str | None) -> str | dict[str, str] | None:
+    """`--source`: one table's URI, or a mixture's NAME=URI[,NAME=URI ...]."""
+    if text is None or "=" not in text:
+        return text
     pairs = [part.partition("=") for part in text.split(",") if part.strip()]
-    if not pairs or any(not sep or not name for name, sep, _ in pairs):
+    if any(not sep or not name.strip() for name, sep, _ in pairs):
         raise ValueError(
             f"--source {text!r}: a mixture's sources are NAME=URI[,NAME=URI ...] (its "
             "dataset names, as `elastic-loader inspect` prints them)"
@@ -107,8 +107,7 @@ def position_from_args(args: Any) -> RunPosition | MixRun:
     """The CLI's position: a checkpoint's, or (`plan`) the start of `--epoch`."""
     options = dict(args.storage_option) or None
     if args.where != "plan":
-        source = args.source if args.source is None or "=" not in args.source else None
-        return load_position(args.where, args.global_batch, options, source)
+        return load_position(args.where, args.global_batch, options, _source_arg(args.source))
     missing = [f"--{name.replace('_', '-')}" for name in PLAN_NEEDS if getattr(args, name) is None]
     if missing:
         raise ValueError(f"`plan` needs {', '.join(missing)} (the run's N, S, W and G)")
@@ -124,9 +123,7 @@ def print_rows(args: Any) -> int:
 
     try:
         run = position_from_args(args)
-        source: Any = args.source if args.where != "plan" else None
-        if isinstance(run, MixRun):
-            source = _mixture_sources(args.source)
+        source = _source_arg(args.source) if args.where != "plan" else None
         found = rows_at_step(
             run,
             args.step,
@@ -135,9 +132,11 @@ def print_rows(args: Any) -> int:
             source=source,
             storage_options=dict(args.storage_option) or None,
         )
-    except (CheckpointError, ValueError, OSError, KeyError, TypeError, IndexError) as exc:
-        message = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError | IndexError) else exc
-        print(f"elastic-loader rows: error: {message}", file=sys.stderr)
+    except (CheckpointError, ValueError, OSError) as exc:  # the message says why
+        print(f"elastic-loader rows: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the CLI's boundary: one line naming the error, never a traceback
+        print(f"elastic-loader rows: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     print(format_rows(found, args.json))
     return 0

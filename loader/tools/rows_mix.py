@@ -17,7 +17,7 @@ the saved position).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,9 @@ from loader.mixture import state as ms
 from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_weights
 from loader.mixture.weights import Phase, saved_phases
 from loader.plan import PlanSpec
-from loader.stream import runs_order_indices
-from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
+from loader.stream import Batching, runs_order_indices
+from loader.tools import rows_base, rows_packed
+from loader.tools.rows_base import StepRows
 
 __all__ = ["MixRun", "mixture_rows"]
 
@@ -50,37 +51,70 @@ class MixRun:
     filters: tuple[str | None, ...]
     sources: tuple[dict[str, Any], ...]
     steps_skipped: tuple[tuple[int, int], ...] = ()
+    packed: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # k -> (blocks, source)
+    batching: Batching | None = None  # a batch schedule's; None: `global_batch` throughout
+
+    def rows(self, step: int) -> int:
+        """G of global step `step`."""
+        if self.batching is None:
+            return self.global_batch
+        return self.batching.rows_at(step, self.world_size)
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> MixRun:
-        """A mixture state's run (`StreamingDataLoader(mixture).state_dict()`)."""
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        source: Mapping[str, Any] | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> MixRun:
+        """A mixture state's run (`StreamingDataLoader(mixture).state_dict()`). Its packed
+        datasets' tables are opened (at their pinned versions, or `source[name]`) to cut
+        their blocks, as their loaders do."""
         ms.check_mixture_state(state)
         parts = state[ms.KEY_SOURCES]
-        packed = [n for n, p in zip(state[ms.KEY_NAMES], parts, strict=True) if _packed(p)]
-        if packed:
-            raise ValueError(
-                f"datasets {packed} of this mixture are packed (pack_sequences): the ledger "
-                "answers mixtures of row datasets, and packed runs of one dataset"
-            )
-        specs = tuple(plan_spec(p[st.KEY_PLAN]) for p in parts)
-        count = len(specs)
-        weights = Weights.of(parse_weights(state[ms.KEY_WEIGHTS]), count, "state weights")
+        specs = tuple(rows_base.plan_spec(p[st.KEY_PLAN]) for p in parts)
+        packed: dict[int, tuple[Any, Any]] = {}  # k -> (its PackedTokens, its opened source)
+        for k, (name, part) in enumerate(zip(state[ms.KEY_NAMES], parts, strict=True)):
+            plan = part[st.KEY_PLAN]
+            if plan.get(st.PLAN_PACK_SEQUENCES) is None:
+                continue
+            try:
+                opened = rows_base.open_saved(
+                    part[st.KEY_SOURCE],
+                    specs[k].num_rows,
+                    columns=[plan["token_column"]],
+                    filter=plan.get("filter"),
+                    source=(source or {}).get(name),
+                    storage_options=storage_options,
+                )
+            except ValueError as err:
+                raise ValueError(f"dataset {name!r}: {err}") from None
+            packed[k] = (rows_packed.packing_of(plan, specs[k], opened), opened)
+
+        def units(k: int, epoch: int) -> int:
+            if k in packed:
+                return int(packed[k][0].blocks_per_split(epoch))
+            return specs[k].rows_per_split
+
+        weights = Weights.of(parse_weights(state[ms.KEY_WEIGHTS]), len(specs), "state weights")
         phases = (
-            saved_phases(state[ms.KEY_PHASES], count)
+            saved_phases(state[ms.KEY_PHASES], len(specs))
             if ms.KEY_PHASES in state
             else (Phase(state[ms.KEY_PHASE_START], weights),)  # states before schedules
         )
         plan = MixPlan(
             phases,
             tuple(spec.num_splits for spec in specs),
-            lambda k, _epoch: specs[k].rows_per_split,
+            units,
             state.get(ms.KEY_SEED),
             state[ms.KEY_EPOCH_RULE],
         )
         sources = []
-        for spec, part in zip(specs, parts, strict=True):
+        for k, (spec, part) in enumerate(zip(specs, parts, strict=True)):
             epoch, cursors = int(part[st.KEY_EPOCH]), tuple(part[st.KEY_CURSORS])
-            if all(c == spec.rows_per_split for c in cursors):  # a finished pass: the next
+            if k in packed:
+                cursors = rows_packed.block_cursors(packed[k][0], part)
+            if all(c == units(k, epoch) for c in cursors):  # a finished pass: the next
                 epoch, cursors = epoch + 1, (0,) * spec.num_splits
             sources.append(SourceAt(epoch, cursors))
         position = MixPosition(
@@ -92,7 +126,7 @@ class MixRun:
             sources=tuple(sources),
             epoch_passes=tuple(state[ms.KEY_EPOCH_PASSES]),
             supplied=tuple(state[ms.KEY_SUPPLIED]),
-            empty_passes=tuple(state.get(ms.KEY_EMPTY_PASSES, (0,) * count)),
+            empty_passes=tuple(state.get(ms.KEY_EMPTY_PASSES, (0,) * len(specs))),
         )
         return cls(
             tuple(state[ms.KEY_NAMES]),
@@ -104,13 +138,15 @@ class MixRun:
             tuple(p[st.KEY_PLAN].get("filter") for p in parts),
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
             tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
+            packed,
+            rows_base.batching_of_state(state, False, state[st.KEY_GLOBAL_BATCH]),
         )
 
     def at_step(self, step: int) -> MixPosition:
         """The position before global step `step` (see the module docstring)."""
         if step >= self.position.global_step:
             pos = self.position
-            if self.plan.steps_left(pos, self.global_batch) == 0:  # its epoch is over
+            if self.plan.steps_left(pos, self.rows(pos.global_step)) == 0:  # epoch over
                 passes = tuple(s.epoch for s in pos.sources)
                 pos = replace(pos, epoch=pos.epoch + 1, step=0, epoch_passes=passes)
             return self._walk(pos, step - pos.global_step)
@@ -124,7 +160,7 @@ class MixRun:
         start = MixPosition.start([SourceAt(0, (0,) * s.num_splits) for s in self.specs])
         if self._walk(start, here) != self.position:
             raise ValueError(
-                f"{here} steps of G={self.global_batch} from every dataset's first pass do not "
+                f"{here} steps of the run's G from every dataset's first pass do not "
                 f"lead to this state (the run began elsewhere, or G changed): its earlier steps "
                 f"cannot be computed from it; steps from {here} on can"
             )
@@ -132,7 +168,7 @@ class MixRun:
 
     def _walk(self, pos: MixPosition, steps: int) -> MixPosition:
         for _ in range(steps):
-            pos, _ = self.plan.step(pos, self.global_batch)
+            pos, _ = self.plan.step(pos, self.rows(pos.global_step))
         return pos
 
 
@@ -148,23 +184,26 @@ def mixture_rows(
     """Global step `step` of a mixture, of every rank or of `rank` (as `rows_at_step`).
     `source`: a name -> source mapping for the datasets whose saved URI cannot be opened."""
     pos = run.at_step(step)
-    world, g = run.world_size, run.global_batch
-    if in_ranges(step, run.steps_skipped):
+    world, g = run.world_size, run.rows(step)
+    if rows_base.in_ranges(step, run.steps_skipped):
         return StepRows.jumped(step, pos.epoch, pos.step, world, g, id_column)
-    positions, datasets, ranks = [], [], []
+    positions, datasets, ranks, documents = [], [], [], []
     for r in range(world) if rank is None else (rank,):
         _, pieces, layout = run.plan.rank_step(pos, g, *slice_bounds(r, world, g))
         rows = np.empty(len(layout), dtype=np.int64)
-        for k in range(len(run.names)):  # each source's rows, in order, where the layout says k
-            mine = [p for p in pieces if p.source == k]
-            parts = [
-                run.specs[k]
-                .epoch(p.epoch)
-                .order(runs_order_indices(p.runs, run.specs[k].rows_per_split))
-                for p in mine
-            ]
-            rows[layout == k] = _joined(parts)
+        cut: list[Any] = [None] * len(layout)
+        for k in range(len(run.names)):  # each dataset's rows, in order, where the layout says k
+            mine, pieces_of_k = [], []
+            for p in (p for p in pieces if p.source == k):
+                got, docs = _piece_rows(run, p)
+                mine.append(got)
+                pieces_of_k += docs
+            where = np.flatnonzero(layout == k)
+            rows[where] = _joined(mine)
+            for at, docs in zip(where.tolist(), pieces_of_k, strict=True):
+                cut[at] = docs
         positions.append(rows)
+        documents += cut
         datasets.append(layout.astype(np.int64))
         ranks.append(np.full(len(layout), r, dtype=np.int64))
     found = StepRows(
@@ -177,10 +216,36 @@ def mixture_rows(
         _joined(ranks),
         datasets=_joined(datasets),
         names=run.names,
+        documents=documents if run.packed else None,
     )
+    if run.packed:
+        if id_column is not None:
+            raise ValueError(
+                "id_column with packed datasets: their rows are blocks; `documents` names "
+                "the table positions each was cut from"
+            )
+        return found
     if id_column is None and not any(run.filters):
         return found
     return _from_sources(found, run, id_column, source or {}, storage_options)
+
+
+def _piece_rows(run: MixRun, piece: Any) -> tuple[NDArray[np.int64], list[Any]]:
+    """A rank's piece of a step: its rows (table positions; packed: block numbers) in stream
+    order, and for packed datasets the documents each block was cut from ([] for rows). A
+    piece of whole passes (`passes` > 1) is read in each of its epochs, end to end."""
+    k = piece.source
+    got, docs = [], []
+    for epoch in range(piece.epoch, piece.epoch + piece.passes):
+        idx = runs_order_indices(piece.runs, run.plan.units(k, epoch))
+        if k in run.packed:  # blocks: their number, and the documents cut into them
+            blocks, opened = run.packed[k]
+            got.append(idx)
+            docs += rows_packed.block_pieces(blocks, opened, epoch, idx)
+        else:
+            got.append(run.specs[k].epoch(epoch).order(idx))
+            docs += [[] for _ in idx]
+    return _joined(got), docs
 
 
 def _joined(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
@@ -203,7 +268,7 @@ def _from_sources(
         if not len(mine):
             continue
         try:
-            resolved = open_saved(
+            resolved = rows_base.open_saved(
                 run.sources[k],
                 run.specs[k].num_rows,
                 columns=[id_column] if id_column is not None else None,
@@ -213,7 +278,7 @@ def _from_sources(
             )
         except ValueError as err:
             raise ValueError(f"dataset {name!r}: {err}") from None
-        table, got = table_rows(resolved, found.positions[mine], id_column)
+        table, got = rows_base.table_rows(resolved, found.positions[mine], id_column)
         if table is not None:
             mapped[mine] = table
         for at, value in zip(mine.tolist(), got or [], strict=False):
@@ -224,7 +289,3 @@ def _from_sources(
         ids=ids if id_column is not None else None,
         id_column=id_column,
     )
-
-
-def _packed(part: dict[str, Any]) -> bool:
-    return part.get(st.KEY_PLAN, {}).get(st.PLAN_PACK_SEQUENCES) is not None
