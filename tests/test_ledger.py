@@ -151,12 +151,12 @@ def test_a_mixtures_batch_ramp_resized(db: Any) -> None:
         assert found.global_batch_size == len(ids) == (10 if t + 3 < 2 else 20 if t + 3 < 5 else 40)
 
 
-def test_new_weights_at_a_resume_bound_what_a_state_answers(db: Any) -> None:
+def test_new_weights_at_a_resume_are_a_phase_the_ledger_follows(db: Any) -> None:
     """Weights 6:3:1, then 2:5:3 from a resume at step 3: the state taken at the resume
-    answers the new phase exactly; a later one says why it cannot answer the steps before
-    it (the position where the new weights began is not in it)."""
+    answers the new phase exactly, and a later one (it keeps every phase) answers the steps
+    of both phases, before and after the resume."""
     first = _mixture_loaders(db, 2, 30)
-    step_together(first, 3)
+    before = step_together(first, 3)
     later = _mixture_loaders(db, 2, 30, weights=[2, 5, 3])
     for dl in later:
         dl.load_state_dict(first[0].state_dict())
@@ -165,8 +165,9 @@ def test_new_weights_at_a_resume_bound_what_a_state_answers(db: Any) -> None:
     for t in range(3):
         assert rows_at_step(at_resume, 3 + t, id_column="id").ids == _step_rows(got, t)[0]
     run = RunPosition.from_state(later[0].state_dict())
-    with pytest.raises(ValueError, match=r"took effect at global step 3 .*steps from 6 on can"):
-        rows_at_step(run, 4)
+    for t in range(3):
+        assert rows_at_step(run, t, id_column="id").ids == _step_rows(before, t)[0]
+        assert rows_at_step(run, 3 + t, id_column="id").ids == _step_rows(got, t)[0]
 
 
 def test_the_cli_answers_a_mixture_checkpoint(

@@ -153,9 +153,10 @@ class MixRun:
         here = self.position.global_step
         if self.plan.phases[0].start > 0:  # a state that knows only the phase in force
             raise ValueError(
-                f"the weights of this state took effect at global step "
-                f"{self.position.phase_start} (new weights at a resume): steps before "
-                f"{here} need a checkpoint of the earlier run; steps from {here} on can"
+                f"this state keeps its weights only from global step "
+                f"{self.plan.phases[0].start} on (saved before weight phases were kept): "
+                f"steps before {here} need a checkpoint of the earlier run; steps from "
+                f"{here} on can"
             )
         start = MixPosition.start([SourceAt(0, (0,) * s.num_splits) for s in self.specs])
         if self._walk(start, here) != self.position:
