@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from loader.packed_batch import derive_packed_fields
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
+    from loader.telemetry.reporter import close_loaders
     from loader.tools.rows import RunPosition, StepRows, rows_at_step
     from loader.workers.watchdog import DataWaitTimeout
 
@@ -35,6 +36,7 @@ _EXPORTS = {
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
+    "close_loaders": "loader.telemetry.reporter",
     "derive_packed_fields": "loader.packed_batch",
     "owned_splits": "loader.layout",
     "rows_at_step": "loader.tools.rows",
@@ -54,6 +56,7 @@ __all__ = [
     "StreamingDataset",
     "check_world_size",
     "checkpoint",
+    "close_loaders",
     "derive_packed_fields",
     "owned_splits",
     "rows_at_step",

@@ -185,6 +185,18 @@ def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
     }
 
 
+def close_loaders(*loaders: StreamingDataLoader, timeout_s: float | None = None) -> None:
+    """Close several loaders' telemetry together, under one deadline (default: the 2 s
+    exit budget): `dl.close()` one after the other waits up to that long for each when the
+    collector does not answer. At a process's end all its loaders are closed this way."""
+    from loader import args
+    from loader.telemetry.exit import EXIT_BUDGET_S, close_together
+
+    budget = args.seconds("timeout_s", timeout_s) or EXIT_BUDGET_S
+    clients = [c for dl in loaders if (c := dl._telemetry.client) is not None]
+    close_together(clients, budget)
+
+
 def connect(
     loader: StreamingDataLoader,
     url: str | None,
