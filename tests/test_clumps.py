@@ -170,11 +170,11 @@ def test_packed_data_defaults_to_a_coarse_clump_and_rows_keep_theirs() -> None:
 def test_shuffle_shuffles_a_small_packed_table() -> None:
     """Issue 24 item 14: with the default clump of 256 documents, shuffle=True read a table of
     120 documents in table order (documents 0, 30, 60, 90, then 1, 31, 61, 91 on S=4)."""
-    table = token_table([2] * 120)  # document d's tokens start at d * 100 + 1
+    table = token_table([2] * 120)  # document d's tokens are d * 1000 + 1, d * 1000 + 2
     kw: dict[str, Any] = {"columns": ["tokens"], "num_splits": 4, "rank": 0, "world_size": 1}
     ds = StreamingDataset(table, pack_sequences=3, eos_id=-1, shuffle=True, **kw)
     batch = next(iter(StreamingDataLoader(ds, batch_size=8)))
-    first = [int(block[0]) // 100 for block in batch["input_ids"]]  # each block's document
+    first = [(int(block[0]) - 1) // 1000 for block in batch["input_ids"]]  # each block's doc
     assert first != [0, 30, 60, 90, 1, 31, 61, 91], first
     assert sorted(first) != first
 
