@@ -203,3 +203,14 @@ def test_a_mixture_keeps_its_pending_range_in_the_state() -> None:
     ]
     assert head + rest == expected
     assert ranks[0].state_dict()["steps_skipped"] == [[3, 5]]
+
+
+def test_a_malformed_pending_range_is_refused_naming_it() -> None:
+    dl = StreamingDataLoader(_dataset(64, 4), global_batch_size=8)
+    dl.skip_steps(5, 7)
+    state = dl.state_dict()
+    for bad, why in (([[7, 5]], "start must be below stop"), ([[1]], r"expected \[start, stop\]")):
+        with pytest.raises(ValueError, match=rf"skips_pending\[0\].*{why}"):
+            StreamingDataLoader(_dataset(64, 4), global_batch_size=8).load_state_dict(
+                {**state, "skips_pending": bad}
+            )
