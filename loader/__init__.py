@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from loader.packed_batch import derive_packed_fields
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
+    from loader.telemetry.reporter import close_loaders
     from loader.tools.rows import RunPosition, StepRows, rows_at_step
     from loader.workers.watchdog import DataWaitTimeout
 
@@ -37,6 +38,7 @@ _EXPORTS = {
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
     "check_world_size": "loader.layout",
+    "close_loaders": "loader.telemetry.reporter",
     "derive_packed_fields": "loader.packed_batch",
     "linear_ramp": "loader.mixture.weights",
     "owned_splits": "loader.layout",
@@ -58,6 +60,7 @@ __all__ = [
     "StreamingDataset",
     "check_world_size",
     "checkpoint",
+    "close_loaders",
     "derive_packed_fields",
     "linear_ramp",
     "owned_splits",

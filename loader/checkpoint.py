@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,6 +54,7 @@ FORMAT_VERSION = 1
 DEFAULT_FOLDER = Path("checkpoints")
 _CHECKSUM_PREFIX = "sha256:"
 _ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+_HEAD = b'{"format":' + orjson.dumps(FORMAT)  # how every checkpoint file begins (`encode`)
 
 
 class _Resumable(Protocol):
@@ -167,11 +168,29 @@ def latest(
     """The most recently written checkpoint file in `folder` (or under a URI prefix), or None.
 
     Newest by modification time, ties by name (object stores keep whole seconds, so name
-    files so that they sort: the default names do). Temporary files left by a writer that
-    was killed are ignored; a damaged newest file is returned as is, so that `load` reports
-    it instead of silently resuming from an older one.
+    files so that they sort: the default names do), among `*.json` and `*.ckpt` files.
+    Temporary files left by a writer that was killed are ignored, and so are other JSON
+    files (a run's `result.json`): a file counts if it begins as a checkpoint does, or is
+    named as one (`*.ckpt`, `loader-*.json`). So a damaged newest checkpoint is returned as
+    is, and `load` reports it instead of silently resuming from an older one.
     """
-    return io.newest(io.location(folder), storage_options)
+    return io.newest(io.location(folder), storage_options, checkpoint_filter(storage_options))
+
+
+def checkpoint_filter(storage_options: dict[str, Any] | None) -> Callable[[Location, str], bool]:
+    """Whether a file of a folder is a checkpoint: named as one (`*.ckpt`, `loader-*`), so
+    even a damaged one counts, or beginning as `encode` begins every checkpoint."""
+
+    def accept(where: Location, name: str) -> bool:
+        if name.endswith(".ckpt") or name.startswith("loader-"):
+            return True
+        try:
+            head = io.read(where, storage_options).data[: len(_HEAD)]
+        except (OSError, CheckpointError):
+            return True  # unreadable now: `load` says why
+        return head == _HEAD
+
+    return accept
 
 
 def _target(

@@ -20,7 +20,8 @@ from loader import storage
 from loader.storage import has_scheme, redact
 
 MAX_FILE_BYTES = 64 << 20  # a state is O(S) integers: 64 MiB holds millions of splits
-SUFFIX = ".json"
+SUFFIX = ".json"  # what `save` names its files
+SUFFIXES = (SUFFIX, ".ckpt")  # what a folder's checkpoints may be called (`loader.ckpt`)
 TMP_SUFFIX = ".tmp"
 Location = Path | str  # a local path, or a URI kept as the user wrote it
 REREADS = 3  # an object refused while it changes is read again, up to this many times
@@ -109,16 +110,31 @@ def write(where: Location, data: bytes, storage_options: dict[str, Any] | None =
     _place(where, storage_options).write_atomic(data)
 
 
-def newest(folder: Location, storage_options: dict[str, Any] | None = None) -> Location | None:
-    """The newest `*.json` (by modification time, then name) in a folder or prefix."""
+def newest(
+    folder: Location,
+    storage_options: dict[str, Any] | None = None,
+    accept: Callable[[Location, str], bool] | None = None,
+    nested: bool = False,
+) -> Location | None:
+    """The newest checkpoint-named file (`*.json`, `*.ckpt`; by modification time, then
+    name) in a folder or prefix that `accept(location, name)` takes (default: any). With
+    `nested` (local folders only), the folders below it are searched too."""
     place = _place(folder, storage_options)
-    files = [e for e in place.files() if _candidate(e.name)]
-    found = max(files, key=lambda e: (e.mtime_ns, e.name), default=None)
-    return None if found is None else place.child(found.name).shown
+    found = [(e.mtime_ns, e.name, place.child(e.name).shown) for e in place.files()]
+    if nested and isinstance(folder, Path):
+        found += [
+            (path.stat().st_mtime_ns, path.name, path)
+            for path in folder.rglob("*")
+            if path.parent != folder and path.is_file() and not path.is_symlink()
+        ]
+    for _, name, where in sorted(found, key=lambda f: (f[0], f[1]), reverse=True):
+        if _candidate(name) and (accept is None or accept(where, name)):
+            return where
+    return None
 
 
 def _candidate(name: str) -> bool:
-    return name.endswith(SUFFIX) and not name.startswith(".")  # not a writer's temporary
+    return name.endswith(SUFFIXES) and not name.startswith(".")  # not a writer's temporary
 
 
 def _too_big(size: int) -> str:

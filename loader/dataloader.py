@@ -466,6 +466,7 @@ class StreamingDataLoader(DataLoader[Any]):
         """Flush and stop this loader's telemetry (bounded: about 2 s at most).
 
         Worth calling at the end of a rank: spawned and forkserver children skip atexit,
-        so their last second of telemetry would be lost.
+        so their last second of telemetry would be lost. Several loaders: close them
+        together, `loader.close_loaders(a, b, c)` (one deadline for all).
         """
         self._telemetry.close()

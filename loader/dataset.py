@@ -19,7 +19,7 @@ from loader import args
 from loader import state as st
 from loader.layout import owned_splits
 from loader.mesh import place
-from loader.packing import PACKED_CLUMP, PackedTokens, pack_spec
+from loader.packing import PackedTokens, pack_spec, packed_clump
 from loader.plan import PlanSpec, ShuffleRequest
 from loader.progress import ROWS, Batching, Progress
 from loader.read.reader import ON_ERROR, OnError
@@ -29,6 +29,7 @@ from loader.units import BlockUnits, UnitRequest, Units
 from loader.world import OnWorld, World
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
+CLUMP_FROM_N = 0  # a packed dataset's clump when none is given: `packed_clump(N)`
 
 
 class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
@@ -147,7 +148,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
             args.boolean("shuffle", shuffle),
             shuffle_seed or 0,  # the agreed seed replaces it below
             args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
-            or (PACKED_CLUMP if self._unit_request.pack is not None else 1),
+            or (CLUMP_FROM_N if self._unit_request.pack is not None else 1),
         )
         start_epoch = args.integer("epoch", epoch, 0)
         resolved, plan = self._resolve(version)
@@ -210,6 +211,8 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
 
     def _plan_on(self, resolved: ResolvedSource, seed: int | None = None) -> PlanSpec:
         request = self._request if seed is None else self._request.with_seed(seed)
+        if request.clump_size == CLUMP_FROM_N:  # packed, none given: fixed by the first N
+            request = dataclasses.replace(request, clump_size=packed_clump(resolved.num_rows))
         return PlanSpec.of(resolved.num_rows, self._num_splits, request)
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> None:

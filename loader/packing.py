@@ -41,6 +41,17 @@ TOKEN_MAX = 2**63 - 1  # the largest id an int64 tensor holds
 # one run (1.5-1.6x the tokens/s of single documents, docs/packing.md) and a clump of ~0.5M
 # tokens is still finer than the chunk LitData shuffles (its blocks move within ~2-16M).
 PACKED_CLUMP = 256
+# ... but a table must still shuffle: the default clump leaves at least this many clumps
+# (a table of 120 documents in clumps of 256 is one clump: shuffle=True read it in order)
+PACKED_MIN_CLUMPS = 64
+
+
+def packed_clump(num_rows: int) -> int:
+    """The default clump of a packed plan over N documents: PACKED_CLUMP, or fewer so that
+    there are at least PACKED_MIN_CLUMPS clumps to shuffle (1 below 128 documents)."""
+    return max(1, min(PACKED_CLUMP, num_rows // PACKED_MIN_CLUMPS))
+
+
 INT64 = np.dtype(np.int64)  # the default batch's dtype
 
 

@@ -60,6 +60,11 @@ class PlanSpec:
     def __post_init__(self) -> None:
         if self.num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {self.num_splits}")
+        if self.num_rows == 0:
+            raise ValueError(
+                "the source has no rows (after the filter): there is nothing to read; check "
+                "that the table or path is the one meant, or widen the filter"
+            )
         if self.num_rows < self.num_splits:
             raise ValueError(
                 f"num_rows={self.num_rows} (after the filter) is smaller than "

@@ -256,30 +256,24 @@ def _check_ahead(ahead: Any, units: int) -> None:
 
 def _check_skipped_ranges(ranges: Any) -> None:
     """A list of [start, stop, units] with 0 <= start < stop (steps skipped at resumes)."""
-    if not isinstance(ranges, list) or len(ranges) > MAX_SKIPPED_RANGES:
-        raise StateError(
-            KEY_STEPS_SKIPPED, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges"
-        )
-    for i, item in enumerate(ranges):
-        field = f"{KEY_STEPS_SKIPPED}[{i}]"
-        if not isinstance(item, list) or len(item) != 3:
-            raise StateError(field, f"is {item!r}, expected [start, stop, units]")
-        start, stop, _ = (check_count(field, v) for v in item)
-        if start >= stop:
-            raise StateError(field, f"is {item!r}: start must be below stop")
+    check_step_ranges(KEY_STEPS_SKIPPED, ranges, ("start", "stop", "units"))
 
 
 def check_pending_ranges(ranges: Any) -> None:
     """A list of [start, stop] with 0 <= start < stop (ranges `skip_steps` has not reached)."""
+    check_step_ranges(KEY_SKIPS_PENDING, ranges, ("start", "stop"))
+
+
+def check_step_ranges(key: str, ranges: Any, parts: tuple[str, ...]) -> None:
+    """`ranges` is a list of lists of counts named `parts`, each [start, stop, ...] with
+    start < stop; StateError naming `key[i]` otherwise."""
     if not isinstance(ranges, list) or len(ranges) > MAX_SKIPPED_RANGES:
-        raise StateError(
-            KEY_SKIPS_PENDING, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges"
-        )
+        raise StateError(key, f"must be a list of at most {MAX_SKIPPED_RANGES} ranges")
     for i, item in enumerate(ranges):
-        field = f"{KEY_SKIPS_PENDING}[{i}]"
-        if not isinstance(item, list) or len(item) != 2:
-            raise StateError(field, f"is {item!r}, expected [start, stop]")
-        start, stop = (check_count(field, v) for v in item)
+        field = f"{key}[{i}]"
+        if not isinstance(item, list) or len(item) != len(parts):
+            raise StateError(field, f"is {item!r}, expected [{', '.join(parts)}]")
+        start, stop, *_ = (check_count(field, v) for v in item)
         if start >= stop:
             raise StateError(field, f"is {item!r}: start must be below stop")
 

@@ -157,23 +157,42 @@ def test_the_cache_reads_each_unit_once_across_threads_and_forgets_a_failed_read
 
 
 def test_packed_data_defaults_to_a_coarse_clump_and_rows_keep_theirs() -> None:
-    table = token_table([3] * 40)
-    packed = StreamingDataset(
-        table, columns=["tokens"], num_splits=2, rank=0, world_size=1, pack_sequences=4, eos_id=-1
-    )
-    rows = StreamingDataset(table, num_splits=2, rank=0, world_size=1)
-    assert (packed.plan.clump_size, rows.plan.clump_size) == (PACKED_CLUMP, 1)
+    """256 documents a clump, or fewer so that a table has at least 64 clumps to shuffle."""
+    kw: dict[str, Any] = {"columns": ["tokens"], "num_splits": 2, "rank": 0, "world_size": 1}
+    kw |= {"pack_sequences": 4, "eos_id": -1}
+    for docs, clump in ((40, 1), (6400, 100), (64 * PACKED_CLUMP, PACKED_CLUMP), (50_000, 256)):
+        packed = StreamingDataset(token_table([3] * docs), **kw)
+        assert packed.plan.clump_size == clump, docs
+    rows = StreamingDataset(token_table([3] * 40), num_splits=2, rank=0, world_size=1)
+    assert rows.plan.clump_size == 1
+
+
+def test_shuffle_shuffles_a_small_packed_table() -> None:
+    """Issue 24 item 14: with the default clump of 256 documents, shuffle=True read a table of
+    120 documents in table order (documents 0, 30, 60, 90, then 1, 31, 61, 91 on S=4)."""
+    table = token_table([2] * 120)  # document d's tokens are d * 1000 + 1, d * 1000 + 2
+    kw: dict[str, Any] = {"columns": ["tokens"], "num_splits": 4, "rank": 0, "world_size": 1}
+    ds = StreamingDataset(table, pack_sequences=3, eos_id=-1, shuffle=True, **kw)
+    batch = next(iter(StreamingDataLoader(ds, batch_size=8)))
+    first = [(int(block[0]) - 1) // 1000 for block in batch["input_ids"]]  # each block's doc
+    assert first != [0, 30, 60, 90, 1, 31, 61, 91], first
+    assert sorted(first) != first
 
 
 def test_a_packed_state_saved_with_the_old_default_resumes_with_its_clump_passed() -> None:
-    """States saved before the packed default (clump 1) name the fix; passing it resumes."""
+    """States saved before the packed default (clump 1): on this 40-document table the
+    default is 1 again (it leaves 64 clumps), so it resumes as it is; a table whose default
+    is coarser names the fix, and passing the clump resumes."""
     saved = json.loads(FIXTURE.read_text())
     table = token_table([(i * 7) % 13 for i in range(40)])
     kw = {"columns": ["tokens"], "num_splits": 4, "rank": 0, "world_size": 1}
     kw |= {"shuffle_seed": 3, "pack_sequences": 5, "eos_id": -1}
     default = StreamingDataLoader(StreamingDataset(table, **kw), batch_size=2)
+    default.load_state_dict(saved["state"])
+    assert next(iter(default))["input_ids"].tolist() == saved["next_input_ids"]
+    coarse = StreamingDataLoader(StreamingDataset(table, shuffle_clump_size=8, **kw), batch_size=2)
     with pytest.raises(ValueError, match="shuffle_clump_size=1 but this loader has"):
-        default.load_state_dict(saved["state"])
+        coarse.load_state_dict(saved["state"])
     loader = StreamingDataLoader(StreamingDataset(table, shuffle_clump_size=1, **kw), batch_size=2)
     loader.load_state_dict(saved["state"])
     assert next(iter(loader))["input_ids"].tolist() == saved["next_input_ids"]

@@ -53,7 +53,7 @@ def test_inspect_of_a_bad_file_exits_2_naming_it(
     assert "missing.json" in capsys.readouterr().err
     (tmp_path / "none").mkdir()
     assert print_inspect(tmp_path / "none") == 2
-    assert "no checkpoint (*.json) files" in capsys.readouterr().err
+    assert "no checkpoint (*.json, *.ckpt) files" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -92,3 +92,40 @@ def test_the_tools_import_without_a_cycle() -> None:
     graph = import_graph(Path(tools_package.__file__).parent, "loader.tools")
     assert "inspect" not in graph["inspect_mixture"]
     assert_no_cycle(graph)
+
+
+def _aged(path: Path, seconds: int) -> Path:
+    """Set `path`'s modification time `seconds` into the past (an order no clock can blur)."""
+    stamp = 1_700_000_000 - seconds
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_latest_and_inspect_find_what_the_examples_and_the_demo_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24 item 15: latest(folder) returned a JSON file that is not a checkpoint, and
+    inspect found neither `loader.ckpt` (the pretraining examples') nor the demo's nested
+    folders (checkpoints/main-job/crash/*.json beside runs/*/result.json)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _aged(save(make_state(), run / "loader-step-000012.json"), 60)
+    (run / "result.json").write_text('{"loss": 1.5}')
+    _aged(run / "result.json", 0)
+    assert checkpoint.latest(run) == run / "loader-step-000012.json"
+    pretrain = tmp_path / "pretrain"
+    pretrain.mkdir()
+    _aged(save(make_state(), pretrain / "loader.ckpt"), 30)
+    assert checkpoint.latest(pretrain) == pretrain / "loader.ckpt"
+    damaged = pretrain / "loader-step-000099.json"
+    damaged.write_bytes(b'{"form')  # named as a checkpoint: returned, so load reports it
+    _aged(damaged, 0)
+    assert checkpoint.latest(pretrain) == damaged
+    demo = tmp_path / "checkpoints"
+    (demo / "main-job" / "crash").mkdir(parents=True)
+    (demo / "main-job" / "runs" / "crash-w4").mkdir(parents=True)
+    _aged(save(make_state(), demo / "main-job" / "crash" / "loader-step-000012.json"), 60)
+    (demo / "main-job" / "runs" / "crash-w4" / "result.json").write_text("{}")
+    assert print_inspect(demo) == 0
+    assert "loader-step-000012.json" in capsys.readouterr().out
+    assert print_inspect(pretrain / "loader.ckpt") == 0

@@ -32,12 +32,15 @@ def rows_of(steps: range) -> set[int]:
     return {i for t in steps for i in range(t * B, (t + 1) * B)}
 
 
+@pytest.mark.slow  # starts worker processes
 def test_out_of_order_with_workers_skips_exactly_the_steps_asked(tmp_path: Path) -> None:
     """The issue's case: one rank, in_order=False, skip_steps(4, 7); batches 3, 5 and 7
     came twice and 6 were lost, and the state counted 12 rows skipped where 24 were missing."""
     table = make_rows(0, 12 * B)
     ds = StreamingDataset(table, columns=["id"], num_splits=1, shuffle=False, transform=_slow_rows)
-    dl = StreamingDataLoader(ds, batch_size=B, num_workers=2, in_order=False, read_size=B)
+    dl = StreamingDataLoader(
+        ds, batch_size=B, num_workers=2, in_order=False, read_size=B, persistent_workers=True
+    )
     dl.skip_steps(4, 7)
     head = list(itertools.islice(dl, 5))
     state = dl.state_dict()
@@ -203,3 +206,14 @@ def test_a_mixture_keeps_its_pending_range_in_the_state() -> None:
     ]
     assert head + rest == expected
     assert ranks[0].state_dict()["steps_skipped"] == [[3, 5]]
+
+
+def test_a_malformed_pending_range_is_refused_naming_it() -> None:
+    dl = StreamingDataLoader(_dataset(64, 4), global_batch_size=8)
+    dl.skip_steps(5, 7)
+    state = dl.state_dict()
+    for bad, why in (([[7, 5]], "start must be below stop"), ([[1]], r"expected \[start, stop\]")):
+        with pytest.raises(ValueError, match=rf"skips_pending\[0\].*{why}"):
+            StreamingDataLoader(_dataset(64, 4), global_batch_size=8).load_state_dict(
+                {**state, "skips_pending": bad}
+            )

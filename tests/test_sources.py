@@ -145,3 +145,15 @@ def test_the_errors_a_job_may_catch_are_public() -> None:
     assert loader.SourceUnreachableError is base.SourceUnreachableError
     assert loader.PinnedVersionGoneError is base.PinnedVersionGoneError
     assert {"SourceUnreachableError", "PinnedVersionGoneError"} <= set(loader.__all__)
+
+
+def test_an_empty_table_and_a_missing_lance_path_say_so_plainly(tmp_path: Path) -> None:
+    """Issue 24 item 17: an empty table suggested "lower num_splits to at most 0", and a
+    missing Lance path's message carried Lance's Rust source paths."""
+    empty = pa.table({"id": pa.array([], pa.int64())})
+    with pytest.raises(ValueError, match="has no rows") as refused:
+        StreamingDataset(empty, num_splits=4)
+    assert "at most 0" not in str(refused.value)
+    with pytest.raises(ValueError, match="no Lance dataset at") as missing:
+        StreamingDataset(str(tmp_path / "nope.lance"), num_splits=2)
+    assert ".rs:" not in str(missing.value), missing.value

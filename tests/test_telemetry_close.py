@@ -156,3 +156,37 @@ def test_a_spawned_child_delivers_its_closed_event(collector: DashboardHandle) -
     assert ok["data"]["reason"] in ("close", "exit")
     [failed] = _closed(collector.api_url, "spawned-True")
     assert failed["data"] == {"reason": "error", "error": "RuntimeError"}
+
+
+@pytest.mark.filterwarnings("ignore::loader.telemetry.client.TelemetryWarning")
+def test_several_loaders_close_together_under_one_deadline() -> None:
+    """Issue 24 item 19: three loaders reporting to a collector that never answers took one
+    close budget each, one after the other; `close_loaders` gives them one deadline."""
+    import socket
+
+    from loader import StreamingDataLoader, StreamingDataset, close_loaders
+    from tests.tables import make_rows
+
+    silent = socket.socket()  # accepts connections into its backlog, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        loaders = [
+            StreamingDataLoader(
+                StreamingDataset(make_rows(0, 40), num_splits=2),
+                batch_size=4,
+                telemetry=url,
+                run_id=f"silent-{k}",
+            )
+            for k in range(3)
+        ]
+        for dl in loaders:
+            next(iter(dl))
+        close_loaders(*loaders, timeout_s=1.0)
+        clients = [dl._telemetry.client for dl in loaders]
+        assert all(c is not None and c._stop.is_set() for c in clients)
+        assert len({c._final_by for c in clients if c is not None}) == 1  # one deadline
+        close_loaders(*loaders)  # closed already: nothing more to wait for
+    finally:
+        silent.close()

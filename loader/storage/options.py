@@ -179,9 +179,16 @@ def _secret_environment() -> dict[str, str]:
     }
 
 
+# where in Lance's Rust source an error was raised (", /home/runner/.../commit.rs:653:26"):
+# noise to a user, cut from every store error the loader shows
+_RUST_LOCATION = re.compile(r",?\s*(?:[\w.~-]*/)+[\w.-]+\.rs:\d+:\d+")
+
+
 def redact(text: str, storage_options: Mapping[str, Any] | None) -> str:
     """`text` with every secret value (of the options or the environment, or echoed by a
-    store in its error body) replaced by '***'."""
+    store in its error body) replaced by '***', and without the Rust source locations Lance
+    appends to its errors."""
+    text = _RUST_LOCATION.sub("", text)
     options = storage_options or {}
     secrets = [str(v) for k, v in options.items() if k.lower() not in PUBLIC_OPTIONS]
     for value in (*secrets, *_secret_environment().values()):

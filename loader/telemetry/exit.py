@@ -19,7 +19,7 @@ import time
 import weakref
 from typing import Any, Protocol
 
-from loader.wire import CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
+from loader.wire import CLOSE_REASON_CLOSE, CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
 
 
 class Exiting(Protocol):
@@ -30,6 +30,7 @@ class Exiting(Protocol):
     _pid: int
     _owner: threading.Thread
     _thread: threading.Thread
+    _stop: threading.Event
 
     def _finish(
         self, reason: str = ..., error: str | None = None, deadline: float | None = None
@@ -56,7 +57,21 @@ def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
     clients = [c for c in list(_LIVE) if c._pid == os.getpid()]
     # atexit and multiprocessing's own atexit hook both call this: one deadline for both
     deadline = _DEADLINE.setdefault(os.getpid(), time.monotonic() + budget_s)
-    for client in clients:
+    _finish_together(clients, reason, error, deadline)
+
+
+def close_together(clients: list[Exiting], budget_s: float = EXIT_BUDGET_S) -> None:
+    """Close `clients` at once under one deadline: `budget_s` at most for all of them, where
+    closing them one after the other waits up to `budget_s` each on a collector that never
+    answers."""
+    live = [c for c in clients if not c._stop.is_set()]
+    _finish_together(live, CLOSE_REASON_CLOSE, None, time.monotonic() + budget_s)
+
+
+def _finish_together(
+    clients: list[Exiting], reason: str, error: str | None, deadline: float
+) -> None:
+    for client in clients:  # every sender is told first, so their last sends overlap
         client._finish(reason, error, deadline)
     for client in clients:
         client._thread.join(max(0.0, deadline - time.monotonic()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import decimal
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 # (so `loader` works without FastAPI/Streamlit). `elastic-loader dashboard ARGS` hands ARGS
 # to this module's `main` by name.
 DASHBOARD_ENTRY = "dashboard.launch"
+NUM_SPLITS_HELP = (
+    "S, the number of disjoint streams the epoch is cut into (num_splits=; fixed for a run)"
+)
 
 
 def _count(low: int) -> Callable[[str], int]:
@@ -65,12 +69,25 @@ def _mix_spec(text: str) -> object:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from loader import __version__
+
     parser = argparse.ArgumentParser(prog="elastic-loader", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"elastic-loader {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    plan = sub.add_parser("plan", help="what a (rows, num_splits) layout supports")
+    plan = sub.add_parser(
+        "plan",
+        help="what a (rows, num_splits) layout supports",
+        description="What a layout supports, without opening a table: for N rows cut into S "
+        "splits, the rows per split and those dropped each epoch, the world sizes that can "
+        "read it (with a global batch G that is a multiple of S, any W <= G; without one, "
+        "the divisors of S), batches per epoch and, with --world-sizes, whether each fits. "
+        "With --mixture (repeated), a mixture's exact shares, rows per step of each dataset, "
+        "steps per pass and where its epoch ends. Exit 0 fits, 1 a world size asked for does "
+        "not, 2 bad input.",
+    )
     plan.add_argument("--rows", type=_count(1), default=None, help="rows N after the filter")
-    plan.add_argument("--num-splits", type=_count(1), default=None, help="S")
+    plan.add_argument("--num-splits", type=_count(1), default=None, help=NUM_SPLITS_HELP)
     plan.add_argument("--world-sizes", type=_world_sizes, default=None, help="e.g. '4,6,8'")
     plan.add_argument(
         "--num-workers", type=_count(0), default=0, help="DataLoader workers per rank"
@@ -133,7 +150,7 @@ def _rows_parser(sub: Any) -> None:
     rows.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     plan = rows.add_argument_group("plan arguments (with `plan`)")
     plan.add_argument("--rows", type=_count(1), default=None, help="rows N after the filter")
-    plan.add_argument("--num-splits", type=_count(1), default=None, help="S")
+    plan.add_argument("--num-splits", type=_count(1), default=None, help=NUM_SPLITS_HELP)
     plan.add_argument("--seed", type=_count(0), default=0, help="shuffle_seed (default 0)")
     plan.add_argument("--clump", type=_count(1), default=1, help="shuffle_clump_size (default 1)")
     plan.add_argument("--no-shuffle", action="store_true", help="shuffle=False")
@@ -178,6 +195,19 @@ def _dashboard(args: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. Output cut short by its reader (`| head`) ends quietly, exit 0."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
+    except BrokenPipeError:
+        # Python's advice: point stdout at devnull, so the interpreter's last flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["dashboard"]:
         return _dashboard(argv[1:])

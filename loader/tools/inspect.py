@@ -18,7 +18,8 @@ from typing import Any, TextIO
 
 from loader import checkpoint_io as io
 from loader import state as st
-from loader.checkpoint import SUFFIX, CheckpointError, verify
+from loader.checkpoint import CheckpointError, checkpoint_filter, verify
+from loader.checkpoint_io import SUFFIXES
 from loader.layout import supported_world_sizes
 from loader.tools.describe import num, packed, plan_rows, source_rows
 from loader.tools.inspect_mixture import mixture_rows
@@ -46,10 +47,15 @@ def format_inspect(
 ) -> str:
     """The report for one checkpoint file (or a folder's newest), as `print_inspect` prints it."""
     where = io.location(path)
-    if io.is_folder(where, storage_options):
-        newest = io.newest(where, storage_options)
+    if io.is_folder(where, storage_options):  # its newest checkpoint, in folders below too
+        accept = checkpoint_filter(storage_options)
+        newest = io.newest(where, storage_options, accept, nested=True)
         if newest is None:
-            raise CheckpointError(where, None, f"is a folder with no checkpoint (*{SUFFIX}) files")
+            raise CheckpointError(
+                where,
+                None,
+                f"is a folder with no checkpoint ({', '.join('*' + x for x in SUFFIXES)}) files",
+            )
         where = newest
     stored, state = io.read_checked(where, verify, storage_options)
     saved = dt.datetime.fromtimestamp(stored.mtime_ns / 1e9, tz=dt.timezone.utc)
