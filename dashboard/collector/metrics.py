@@ -25,7 +25,7 @@ from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 from loader.wire import text_list
 
-RUN_STATES = ("starting", "running", "stalled", "crashed", "finished", "stopped")
+RUN_STATES = ("starting", "running", "stalled", "crashed", "restarted", "finished", "stopped")
 PREFIX = "elastic_loader_"
 RUN, RANK, DATASET = ("run_id",), ("run_id", "rank"), ("run_id", "dataset")
 # (key, family, name after PREFIX, help, labels)

@@ -124,6 +124,8 @@ class EventIn(BaseModel):
     tokens: NonNeg | None = None  # packed data: tokens handed out this epoch by the rank
     blocks_per_split: NonNeg | None = None  # packed data: what a cursor counts up to
     seq_len: NonNeg | None = None  # packed data: tokens per block (rows count blocks)
+    heartbeat_s: Annotated[float, Field(gt=0, le=3600)] | None = None  # the client's period
+    sent_ts: Seconds | None = None  # the rank's clock when this batch left (progress only)
     rows: NonNeg = 0
     batches: NonNeg = 0
     wait_s: Seconds = 0.0
@@ -209,9 +211,11 @@ class RunsPublic(BaseModel):
 
 
 class RankStatePublic(BaseModel):
-    """running, stalled, crashed or closed; `silent_s` since its last report, `no_step_s`
-    since its step last moved; `why` a rank is stalled or crashed: `silent`, `no step` or
-    `error` (its `closed` said the process ended on an uncaught exception of type `error`)."""
+    """running, stalled, crashed, terminated or closed (dashboard/collector/status.py);
+    `silent_s` since its last report, `no_step_s` since its step last moved; `why` a rank is
+    stalled, crashed or terminated: `silent`, `no step`, `error` (its `closed` said the
+    process ended on an uncaught exception of type `error`), `signal`, or `after rank N
+    died`; `first` marks the process that died first."""
 
     rank: int
     state: str
@@ -221,11 +225,13 @@ class RankStatePublic(BaseModel):
     why: str | None = None
     error: str | None = None
     no_step_s: float = 0.0
+    first: bool = False  # the process that died first: the cause of the others' end
 
 
 class StatusPublic(BaseModel):
-    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
-    lists the stalled and crashed ranks (worst first, at most 64), `counts` all of them by state."""
+    """The run's state: starting, running, stalled, crashed, restarted, finished or stopped;
+    `ranks` lists the crashed, stalled and terminated ranks (the first to die first, then
+    worst first, at most 64), `counts` all of them by state."""
 
     state: str
     resumed: bool

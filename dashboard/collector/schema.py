@@ -58,6 +58,12 @@ ADDED_COLUMNS = (
     # the global batch G the rank reads with: with the split count, who reads which part of
     # a split that ranks share (loader.layout); NULL from clients older than it
     ("ranks", "global_batch_size", "INTEGER"),
+    # run health (dashboard/collector/status.py): the client's own heartbeat period, the
+    # usual time between moves of the rank's step (decaying maximum), and how far the
+    # collector's clock is ahead of the rank's (from the `sent_ts` of its last batch)
+    ("ranks", "heartbeat_s", "REAL"),
+    ("ranks", "moved_s", "REAL"),
+    ("ranks", "clock_offset", "REAL"),
 )
 
 

@@ -81,6 +81,7 @@ class Closed:
     reason: str | None
     error: str | None = None
     rank: int = -1
+    restart: bool = False  # `terminated` by an elastic agent that has restarts left
 
     @classmethod
     def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
@@ -91,6 +92,7 @@ class Closed:
             reason if isinstance(reason, str) else None,
             error if isinstance(error, str) else None,
             int(rank),
+            said.get("restart") is True,
         )
 
 
@@ -139,6 +141,7 @@ class Store:
 
         Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
         """
+        arrived = time.time() if now is None else now
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
         for e in sorted(events, key=lambda e: e.ts):
@@ -166,8 +169,18 @@ class Store:
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
+            offset = None if e.sent_ts is None else arrived - e.sent_ts  # collector - rank clock
+            health = (e.heartbeat_s, offset)
             ranks.append(
-                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
+                (
+                    *where,
+                    *position,
+                    e.interval_s or None,
+                    *packed,
+                    e.ts,
+                    e.global_batch_size,
+                    *health,
+                )
             )
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
@@ -393,7 +406,7 @@ class Store:
         """Each rank's last report: when, its send interval and position (no cursors)."""
         rows = self.query(
             "SELECT rank, ts, interval_s, prev_interval_s, epoch, step, global_step, step_ts, "
-            "epochs_done, end_step FROM ranks "
+            "epochs_done, end_step, heartbeat_s, moved_s, clock_offset FROM ranks "
             "WHERE run_id = ? AND world_size = ? ORDER BY rank",
             run_id,
             world_size,

@@ -32,15 +32,22 @@ UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
 WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 # `step_ts` keeps when the position last moved (a rank that reports but does not step is
-# stalled); `prev_interval_s` the interval before (SET reads the row's old values).
+# stalled), `moved_s` the usual time between moves (a maximum decaying by 10 % a move);
+# `prev_interval_s` the interval before (SET reads the row's old values).
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
   lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
-  global_batch_size)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  global_batch_size, heartbeat_s, clock_offset)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   step_ts = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
     AND excluded.epoch IS ranks.epoch THEN coalesce(ranks.step_ts, ranks.ts) ELSE excluded.ts END,
+  moved_s = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
+    AND excluded.epoch IS ranks.epoch THEN ranks.moved_s
+    ELSE max(excluded.ts - coalesce(ranks.step_ts, ranks.ts), 0.9 * coalesce(ranks.moved_s, 0))
+    END,
+  heartbeat_s = coalesce(excluded.heartbeat_s, ranks.heartbeat_s),
+  clock_offset = coalesce(excluded.clock_offset, ranks.clock_offset),
   prev_interval_s = ranks.interval_s, ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
