@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from loader import wire
 
 S = 8  # splits: W in {1, 2, 4} divides it
-REPLICAS = [1]  # processes per data-parallel rank
+REPLICAS = [1, 1, 2]  # processes per data-parallel rank (2: tensor-parallel peers)
 T0 = 1.7e9  # true time 0 of every stream (an epoch second)
 
 
@@ -67,6 +67,7 @@ def healthy_streams(
     seconds: float = 60.0,
     max_step_s: float = 3.0,
     beats: tuple[float, ...] = (0.5, 1.0, 2.0),
+    max_lose: float = 0.3,
 ) -> Stream:
     """A healthy job: every process reports and steps, at its own uneven pace."""
     beat = draw(st.sampled_from(beats))
@@ -75,7 +76,7 @@ def healthy_streams(
     step_s = draw(st.floats(0.02, max_step_s))  # the usual step time
     slow = draw(st.floats(1.0, 3.0))  # the slowest step, in usual step times
     late = draw(st.floats(0.0, 1.5))  # the latest heartbeat, in beats past due
-    lose = draw(st.floats(0.0, 0.3))  # the share of heartbeats lost on the way
+    lose = draw(st.floats(0.0, max_lose))  # the share of heartbeats lost on the way
     procs = [Process(g // replicas, g, draw(st.floats(-5.0, 5.0))) for g in range(world * replicas)]
     stream = Stream(beat, world, replicas, procs)
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))  # the pace: small to draw

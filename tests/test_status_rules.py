@@ -38,12 +38,10 @@ def polled(stream: Stream, until: float | None = None) -> Iterator[tuple[float, 
         start = max(p.sends[0][0] for p in stream.processes)
         i, now = 0, start
         while now <= until:
-            batch = []
             while i < len(sends) and sends[i][0] <= now:
-                batch.append(EventIn.model_validate(sends[i][1], strict=False))
+                event = EventIn.model_validate(sends[i][1], strict=False)
+                store.ingest([event], now=T0 + sends[i][0] + 0.01)  # 10 ms on the wire
                 i += 1
-            if batch:
-                store.ingest(batch, now=T0 + now + 0.01)  # 10 ms on the wire
             run = store.run("prop")
             assert run is not None
             yield now, run_status(store, run, now=T0 + now + 0.01)
@@ -73,7 +71,7 @@ def test_a_killed_process_is_named_within_its_threshold(
         named_by = at + DEFAULT_HEALTH.crashed_after * worst_beat + 1
     else:
         named_by = at + terminate + DEFAULT_HEALTH.killed_after * worst_beat + 1
-    victim_rank = stream.processes[victim].rank
+    victim_rank = stream.processes[victim].global_rank  # named by its global rank
     seen = None
     for now, status in polled(stream, until=named_by + 3 * POLL_S):
         if now < at:
@@ -82,20 +80,27 @@ def test_a_killed_process_is_named_within_its_threshold(
             seen = status
             break
     assert seen is not None
-    assert seen["state"] == "crashed", seen["headline"]
-    named = f"rank {victim_rank}" if stream.world > 1 else "every rank"
+    assert seen["state"] == "crashed", (seen["headline"], seen["ranks"])
+    named = f"rank {victim_rank}" if len(stream.processes) > 1 else "every rank"
     assert named in seen["headline"], seen["headline"]
     if terminate is not None and len(stream.processes) > 1:
-        assert f"terminated after rank {victim_rank} died" in seen["headline"], seen["headline"]
+        assert f"terminated after rank {victim_rank}" in seen["headline"], seen["headline"]
+        if stream.replicas > 1:  # and its place on the mesh
+            victim_dp = stream.processes[victim].rank
+            assert f"rank {victim_rank} (dp {victim_dp}, tp " in seen["headline"]
 
 
 @EXAMPLES
-@given(healthy_streams(seconds=80.0, max_step_s=0.5, beats=(1.0,)), st.floats(15.0, 30.0))
+@given(
+    healthy_streams(seconds=80.0, max_step_s=0.5, beats=(1.0,), max_lose=0.0),
+    st.floats(15.0, 30.0),
+)
 def test_a_hung_collective_reads_stalled(stream: Stream, at: float) -> None:
     """Issue 24 item 9: rank 1's step never ends, rank 0 waits in all_reduce; both keep
     their 1 s heartbeats. With steps shorter than a beat every heartbeat saw a move, so the
     usual gap between moves is a heartbeat interval (2.5 s at most here): stalled ("no
-    step") within 10 of them, 25 s."""
+    step") within 10 of them, 25 s. (Lost heartbeats lengthen the gaps the collector sees,
+    and so the limit: docs/dashboard.md says so.)"""
     hung(stream, at)
     stalled_by = at + DEFAULT_HEALTH.step_factor * 2.5 + 1
     states = [(now, s) for now, s in polled(stream) if now >= stalled_by]

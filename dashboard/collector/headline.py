@@ -13,10 +13,37 @@ def ranks_text(ranks: list[int], most: int = 8) -> str:
     return shown + (f" and {len(ranks) - most:,} more" if len(ranks) > most else "")
 
 
-def _who(bad: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> str:
+def coordinates(mesh: dict[str, int] | None) -> str:
+    """' (dp 1, tp 0)': a process's place on its mesh ('' without one)."""
+    return f" ({', '.join(f'{k} {v}' for k, v in mesh.items())})" if mesh else ""
+
+
+def process_name(r: dict[str, Any]) -> str:
+    """'rank 3 (dp 1, tp 1)': a process by its global rank and mesh coordinates."""
+    return f"rank {r.get('process', r['rank'])}{coordinates(r.get('mesh'))}"
+
+
+def replicas_text(rank: int, processes: list[dict[str, Any]]) -> str | None:
+    """'dp 0: ranks 0, 1 (tp)': a data-parallel rank and the processes that read its batches,
+    with the mesh dims they differ on; None for a rank read by one process without a mesh."""
+    mine = sorted((p for p in processes if p["rank"] == rank), key=lambda p: p["process"])
+    if len(mine) < 2 and not any(p.get("mesh") for p in mine):
+        return None
+    meshes = [p.get("mesh") or {} for p in mine]
+    dims = [d for d in (meshes[0] if meshes else {}) if len({m.get(d) for m in meshes}) > 1]
+    by = f" ({', '.join(dims)})" if dims else ""
+    word = "ranks" if len(mine) > 1 else "rank"
+    return f"dp {rank}: {word} {ranks_text([p['process'] for p in mine])}{by}"
+
+
+def _who(bad: list[dict[str, Any]], ranks: list[dict[str, Any]], most: int = 8) -> str:
     if len(bad) == len(ranks):
         return "every rank"
-    return f"rank{'s' if len(bad) > 1 else ''} {ranks_text([r['rank'] for r in bad])}"
+    if len(bad) == 1:
+        return process_name(bad[0])
+    named = [f"{r.get('process', r['rank'])}{coordinates(r.get('mesh'))}" for r in bad[:most]]
+    more = f" and {len(bad) - most:,} more" if len(bad) > most else ""
+    return f"ranks {', '.join(named)}{more}"
 
 
 def _how(r: dict[str, Any]) -> str:
@@ -32,7 +59,7 @@ def _after(ranks: list[dict[str, Any]]) -> str:
     first = next((r for r in ranks if r.get("first")), None)
     if not ended:
         return ""
-    cause = f"after rank {first['rank']} died" if first is not None else "by a signal"
+    cause = f"after {process_name(first)} died" if first is not None else "by a signal"
     return f"; {_who(ended, ranks)} terminated {cause}"
 
 
@@ -41,7 +68,7 @@ def _trouble(state: str, ranks: list[dict[str, Any]]) -> str:
     bad = [r for r in ranks if r["state"] == state]
     first = next((r for r in bad if r.get("first")), None)
     if state == "crashed" and first is not None and (len(bad) > 1 or _after(ranks)):
-        return f"Crashed: rank {first['rank']} died first ({_how(first)}){_after(ranks)}"
+        return f"Crashed: {process_name(first)} died first ({_how(first)}){_after(ranks)}"
     errors = [r for r in bad if r["why"] == "error"]
     if errors:
         kinds = ", ".join(sorted({r["error"] or "exception" for r in errors}))
@@ -66,7 +93,7 @@ def headline(
     every = "the rank" if len(ranks) == 1 else f"all {len(ranks):,} ranks"
     if state == "restarted":
         first = next((r for r in ranks if r.get("first")), None)
-        why = f" after rank {first['rank']} died" if first is not None else ""
+        why = f" after {process_name(first)} died" if first is not None else ""
         return f"Restarted: the elastic agent is restarting the workers{why}"
     if state == "finished":
         return f"Finished: {every} closed"
@@ -80,4 +107,6 @@ def headline(
         return f"Stopped: {_who(ended, ranks)} terminated by a signal"
     if state == "stopped":
         return f"Stopped: {every} closed before the job's stated end"
+    if len(ranks) > world_size:  # a mesh: several processes per data-parallel rank
+        return f"Running: {counts['running']:,} of {len(ranks):,} processes reporting"
     return f"Running: {counts['running']:,} of {world_size:,} ranks reporting"

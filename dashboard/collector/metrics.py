@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from dashboard.collector.status import Health, run_status
+from dashboard.collector.status import Health, by_rank, run_status
 from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 from loader.wire import text_list
@@ -28,6 +28,7 @@ from loader.wire import text_list
 RUN_STATES = ("starting", "running", "stalled", "crashed", "restarted", "finished", "stopped")
 PREFIX = "elastic_loader_"
 RUN, RANK, DATASET = ("run_id",), ("run_id", "rank"), ("run_id", "dataset")
+PROCESS = (*RANK, "process")  # a process: its data-parallel rank and its global rank
 # (key, family, name after PREFIX, help, labels)
 FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
     ("state", GaugeMetricFamily, "run_state", "1 for the run's state, 0 for the others",
@@ -37,8 +38,8 @@ FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
      "Ranks of the current world that reported", RUN),
     ("checkpoints", CounterMetricFamily, "run_checkpoints_saved",
      "Checkpoints saved (folded across ranks)", RUN),
-    ("rank_state", GaugeMetricFamily, "rank_state", "The rank's current state (value 1)",
-     (*RANK, "state")),
+    ("rank_state", GaugeMetricFamily, "rank_state",
+     "The process's current state (value 1); `process` is its global rank", (*PROCESS, "state")),
     ("rows", GaugeMetricFamily, "rank_rows_per_second",
      "Rows (packed runs: blocks) per second over the last 30 s", RANK),
     ("tokens", GaugeMetricFamily, "rank_tokens_per_second",
@@ -48,9 +49,9 @@ FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
     ("step", GaugeMetricFamily, "rank_global_step", "Batches handed out since the run began",
      RANK),
     ("age", GaugeMetricFamily, "rank_last_report_age_seconds",
-     "Seconds since the rank's last report", RANK),
+     "Seconds since the process's last report", PROCESS),
     ("no_step", GaugeMetricFamily, "rank_seconds_since_step",
-     "Seconds since the rank's step last moved", RANK),
+     "Seconds since the process's step last moved", PROCESS),
     ("mix_weight", GaugeMetricFamily, "mixture_weight",
      "A mixture dataset's share of every global step now", DATASET),
     ("mix_rows", CounterMetricFamily, "mixture_rows_supplied",
@@ -87,10 +88,12 @@ class RunMetrics:
         since = run["last_ts"] - STRAGGLER_WINDOW_S
         totals = {r["rank"]: r for r in self.store.rank_totals(run_id, since, run["world_size"])}
         for r in status["ranks"]:
+            process = [run_id, str(r["rank"]), str(r["process"])]
+            family["rank_state"].add_metric([*process, r["state"]], 1.0)
+            family["age"].add_metric(process, r["silent_s"])
+            family["no_step"].add_metric(process, r["no_step_s"])
+        for r in by_rank(status).values():
             labels = [run_id, str(r["rank"])]
-            family["rank_state"].add_metric([*labels, r["state"]], 1.0)
-            family["age"].add_metric(labels, r["silent_s"])
-            family["no_step"].add_metric(labels, r["no_step_s"])
             if r["global_step"] is not None:
                 family["step"].add_metric(labels, r["global_step"])
             total = totals.get(r["rank"])

@@ -82,6 +82,10 @@ them), each a 422 naming the rule:
 And one the store checks against what it holds (409): a run's `num_splits` never changes."""
 
 
+MAX_PROCESSES = 1 << 24
+MeshDim = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+
+
 class EventIn(BaseModel):
     """One telemetry event from one rank (see `loader/telemetry/client.py` for who sends what).
 
@@ -125,6 +129,14 @@ class EventIn(BaseModel):
     blocks_per_split: NonNeg | None = None  # packed data: what a cursor counts up to
     seq_len: NonNeg | None = None  # packed data: tokens per block (rows count blocks)
     heartbeat_s: Annotated[float, Field(gt=0, le=3600)] | None = None  # the client's period
+    # The process (issue 26): its global rank (torch.distributed's; the data-parallel
+    # `rank` when absent) and its coordinate on each dim of its DeviceMesh. Processes that
+    # share a data-parallel rank (tensor-parallel peers) are told apart by these.
+    global_rank: Annotated[int, Field(ge=0, lt=MAX_PROCESSES)] | None = None
+    mesh: (
+        Annotated[dict[MeshDim, Annotated[int, Field(ge=0, lt=MAX_PROCESSES)]], Field(max_length=8)]
+        | None
+    ) = None
     sent_ts: Seconds | None = None  # the rank's clock when this batch left (progress only)
     rows: NonNeg = 0
     batches: NonNeg = 0
@@ -134,6 +146,11 @@ class EventIn(BaseModel):
     data: Annotated[
         dict[Annotated[Text, Field(max_length=64)], DataValue], Field(max_length=MAX_DATA_KEYS)
     ] = {}
+
+    @property
+    def process(self) -> int:
+        """The sending process: its global rank, or its data-parallel rank without one."""
+        return self.rank if self.global_rank is None else self.global_rank
 
     @model_validator(mode="after")
     def _agrees_with_itself(self) -> EventIn:
@@ -217,10 +234,12 @@ class RankStatePublic(BaseModel):
     process ended on an uncaught exception of type `error`), `signal`, or `after rank N
     died`; `first` marks the process that died first."""
 
-    rank: int
+    rank: int  # the data-parallel rank
     state: str
     silent_s: float
     last_ts: float
+    process: int = 0  # the global rank: several processes share a rank on a mesh
+    mesh: dict[str, int] | None = None  # its coordinate on each mesh dim
     global_step: int | None
     why: str | None = None
     error: str | None = None
@@ -263,6 +282,7 @@ class RankPublic(BaseModel):
     tokens: int | None = None  # packed data: tokens handed out this epoch
     blocks_per_split: int | None = None  # packed data: what the cursors count up to
     global_batch_size: int | None = None  # G (None from clients older than it)
+    replicas: str | None = None  # on a mesh: "dp 0: ranks 0, 1 (tp)", its processes
 
 
 class PartPublic(BaseModel):
@@ -340,6 +360,7 @@ class RankProgressPublic(BaseModel):
     rows_total: int
     pct: float
     tokens: int | None  # packed data: tokens this rank handed out this epoch
+    replicas: str | None = None  # on a mesh: "dp 0: ranks 0, 1 (tp)", its processes
 
 
 class JobProgressPublic(BaseModel):

@@ -43,11 +43,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard.collector.headline import headline, ranks_text
+from dashboard.collector.headline import headline, process_name, ranks_text, replicas_text
 from dashboard.collector.store import Closed, Store
 from loader.wire import CLOSE_REASON_CLOSE, CLOSE_REASON_ERROR, CLOSE_REASON_TERMINATED
 
-__all__ = ["DEFAULT_HEALTH", "Health", "headline", "ranks_text", "run_status"]
+__all__ = ["DEFAULT_HEALTH", "Health", "headline", "ranks_text", "replicas_text", "run_status"]
 
 DEFAULT_INTERVAL_S = 1.0
 MIN_BEAT_S, MAX_BEAT_S = 0.1, 60.0
@@ -163,7 +163,7 @@ def _killed(
 ) -> list[tuple[dict[str, Any], str, str | None]]:
     """Once a process was terminated, one that went silent before that without a `closed`
     was killed (the launcher terminated the others because it died): crashed at once."""
-    ends = [on_our_clock(r, closed[r["rank"]].ts) for r, s, _ in judged if s == "terminated"]
+    ends = [on_our_clock(r, closed[r["process"]].ts) for r, s, _ in judged if s == "terminated"]
     if not ends:
         return judged
     first = min(ends)
@@ -179,7 +179,7 @@ def _killed(
 
 def _died_at(r: dict[str, Any], why: str | None, closed: dict[int, Closed]) -> float:
     """When a crashed rank died: its `closed` for an error, else its last report."""
-    return closed[r["rank"]].ts if why == "error" else float(r["ts"])
+    return closed[r["process"]].ts if why == "error" else float(r["ts"])
 
 
 def _first_death(
@@ -189,7 +189,11 @@ def _first_death(
     after it, or it died more than a beat before the next one (ranks that all went silent
     together name no cause)."""
     dead = sorted(
-        ((_died_at(r, why, closed), r["rank"], r, why) for r, s, why in judged if s == "crashed"),
+        (
+            (_died_at(r, why, closed), r["process"], r, why)
+            for r, s, why in judged
+            if s == "crashed"
+        ),
         key=lambda d: (d[0], d[1]),
     )
     if not dead:
@@ -203,18 +207,20 @@ def _first_death(
 def run_status(
     store: Store,
     run: dict[str, Any],
-    ranks: list[dict[str, Any]] | None = None,
+    processes: list[dict[str, Any]] | None = None,
     health: Health = DEFAULT_HEALTH,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """The run's state, each rank's state and silence (from `ranks` if the caller read them)."""
+    """The run's state, each process's state and silence (from `processes`, rows of
+    `Store.heartbeats`, if the caller read them)."""
+    ranks = processes
     now = time.time() if now is None else now
     if ranks is None:
         ranks = store.heartbeats(run["run_id"], run["world_size"])
     # a `closed` that counts came after the rank's last report
     since = min((r["ts"] for r in ranks), default=run["last_ts"])
     closed = store.closed_ranks(run["run_id"], run["world_size"], since)
-    judged = [(r, *rank_state(r, closed.get(r["rank"]), now, health)) for r in ranks]
+    judged = [(r, *rank_state(r, closed.get(r["process"]), now, health)) for r in ranks]
     judged = _killed(judged, closed, now, health)
     closed_epochs = [completed_epochs(r) for r, state, _ in judged if state == "closed"]
     cause = _first_death(judged, closed)
@@ -224,17 +230,18 @@ def run_status(
         if why == "silent" and _lost_close(run, r, closed_epochs):
             state, why = "closed", None
         if state == "terminated" and cause is not None:
-            why = f"after rank {cause[0]['rank']} died"
+            why = f"after {process_name(cause[0])} died"
         counts[state] += 1
         silent = now - on_our_clock(r, r["ts"])
         no_step = now - on_our_clock(r, r.get("step_ts") or r["ts"])
-        error = closed[r["rank"]].error if why == "error" else None
+        error = closed[r["process"]].error if why == "error" else None
         states.append(
-            {"rank": r["rank"], "state": state, "silent_s": max(0.0, silent),
+            {"rank": r["rank"], "process": r["process"], "mesh": r.get("mesh"),
+             "state": state, "silent_s": max(0.0, silent),
              "last_ts": r["ts"], "global_step": position(r), "why": why, "error": error,
              "no_step_s": max(0.0, no_step), "first": cause is not None and r is cause[0]}
         )  # fmt: skip
-    missing = max(0, run["world_size"] - len(ranks))
+    missing = max(0, run["world_size"] - len({r["rank"] for r in ranks}))
     restart = any(c.restart for c in closed.values()) and counts["terminated"] > 0
     state = _run_state(run, ranks, states, counts, missing, restart)
     return {
@@ -273,5 +280,17 @@ def public(status: dict[str, Any], most: int = 64) -> dict[str, Any]:
     terminated ranks (the first to die first, worst first, at most `most`), not all 1,024."""
     order = {s: i for i, s in enumerate(WORST_FIRST)}
     shown = [r for r in status["ranks"] if r["state"] in ("crashed", "stalled", "terminated")]
-    shown.sort(key=lambda r: (not r["first"], order[r["state"]], -r["silent_s"], r["rank"]))
+    shown.sort(key=lambda r: (not r["first"], order[r["state"]], -r["silent_s"], r["process"]))
     return {**status, "ranks": shown[:most]}
+
+
+def by_rank(status: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Data-parallel rank → the worst state of its processes (its replicas on a mesh), for
+    the pages that place data: a rank is as alive as its least alive replica."""
+    order = {s: i for i, s in enumerate(WORST_FIRST)}
+    out: dict[int, dict[str, Any]] = {}
+    for r in status["ranks"]:
+        known = out.get(r["rank"])
+        if known is None or order[r["state"]] < order[known["state"]]:
+            out[r["rank"]] = r
+    return out

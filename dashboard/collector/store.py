@@ -35,6 +35,8 @@ from dashboard.collector.writes import (
     INSERT_EVENT,
     INSERT_SAMPLE,
     NEW_WORLD,
+    PROCESS_EPOCH_ENDED,
+    UPSERT_PROCESS,
     UPSERT_RANK,
     UPSERT_ROLLUP,
     UPSERT_RUN,
@@ -51,6 +53,10 @@ from loader.wire import (
 )
 
 ROLLUP_S = 10
+# Mesh dims that split the data (the loader's defaults, issue 26): a process whose other
+# coordinates are not all 0 is a replica of its data-parallel rank, and its rows are the
+# rows its first replica already counted.
+DATA_DIMS = frozenset({"dp", "dp_replicate", "dp_shard", "batch", "data"})
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
@@ -94,6 +100,11 @@ class Closed:
             int(rank),
             said.get("restart") is True,
         )
+
+
+def is_replica(e: EventIn) -> bool:
+    """Does `e` come from a replica (not the first process) of its data-parallel rank?"""
+    return bool(e.mesh) and any(v for k, v in (e.mesh or {}).items() if k not in DATA_DIMS)
 
 
 class RunConflict(ValueError):
@@ -144,6 +155,7 @@ class Store:
         arrived = time.time() if now is None else now
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
+        processes, process_ended = [], []
         for e in sorted(events, key=lambda e: e.ts):
             run = runs.get(e.run_id)
             if run is None:
@@ -159,10 +171,11 @@ class Store:
             if e.kind == EPOCH_END and e.epoch is not None:
                 step = e.global_step if e.global_step is not None else e.step
                 ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.rank))
+                process_ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.process))
             if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
-                discrete.append((*said, e.epoch, e.step, data, e.global_step))
+                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
@@ -170,18 +183,16 @@ class Store:
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
             offset = None if e.sent_ts is None else arrived - e.sent_ts  # collector - rank clock
-            health = (e.heartbeat_s, offset)
+            mesh = orjson.dumps(e.mesh) if e.mesh is not None else None
+            processes.append(
+                (e.run_id, e.world_size, e.process, e.rank, mesh, e.host, e.ts,
+                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset)
+            )  # fmt: skip
             ranks.append(
-                (
-                    *where,
-                    *position,
-                    e.interval_s or None,
-                    *packed,
-                    e.ts,
-                    e.global_batch_size,
-                    *health,
-                )
+                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
             )
+            if is_replica(e):
+                continue  # its rows are the rows its data-parallel rank's first process counted
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
@@ -195,7 +206,9 @@ class Store:
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
+                conn.executemany(UPSERT_PROCESS, processes)
                 conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
+                conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
                 conn.executemany(INSERT_SAMPLE, samples)
                 conn.executemany(UPSERT_ROLLUP, rollup)
                 conn.executemany(INSERT_EVENT, discrete)
@@ -353,17 +366,18 @@ class Store:
         return max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
 
     def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
-        """Rank → its latest `closed` event (sent by `close()` and at exit) at or after
+        """Process (global rank) → its latest `closed` event (sent by `close()`, at exit and on
+        SIGTERM) at or after
         `since` (the events index makes that a short range, not the run's events)."""
         rows = self.query(
-            "SELECT rank, max(ts) AS ts, data FROM events WHERE run_id = ? AND ts >= ? "
-            "AND world_size = ? AND kind = ? GROUP BY rank",
+            "SELECT rank, coalesce(process, rank) AS process, max(ts) AS ts, data FROM events "
+            "WHERE run_id = ? AND ts >= ? AND world_size = ? AND kind = ? GROUP BY 2",
             run_id,
             since,
             world_size,
             CLOSED,
         )
-        return {int(row["rank"]): Closed.of(row["ts"], row["data"]) for row in rows}
+        return {int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"]) for r in rows}
 
     def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
         """The `closed` events of any world in [since, until): who closed before a resume."""
@@ -403,15 +417,19 @@ class Store:
         )
 
     def heartbeats(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
-        """Each rank's last report: when, its send interval and position (no cursors)."""
+        """Each process's last report: its data-parallel rank, global rank (`process`) and
+        mesh coordinates, when, its send intervals and position (no cursors)."""
         rows = self.query(
-            "SELECT rank, ts, interval_s, prev_interval_s, epoch, step, global_step, step_ts, "
-            "epochs_done, end_step, heartbeat_s, moved_s, clock_offset FROM ranks "
-            "WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            "SELECT * FROM processes WHERE run_id = ? AND world_size = ? ORDER BY process",
             run_id,
             world_size,
         )
-        return [dict(row) for row in rows]
+        out = []
+        for row in rows:
+            p = dict(row)
+            p["mesh"] = orjson.loads(row["mesh"]) if row["mesh"] else None
+            out.append(p)
+        return out
 
     def checkpoints_saved(self, run_id: str) -> int:
         """Checkpoints saved in the run, folded across ranks (one per step and world size)."""

@@ -50,7 +50,7 @@ def rank_table(
         rows.append(
             {
                 "order": (ORDER.get(r["state"], 4), read / total if total else 0, r["rank"]),
-                "rank": f"rank {r['rank']}",
+                "rank": r.get("replicas") or f"rank {r['rank']}",  # "dp 0: ranks 0, 1 (tp)"
                 "state": r["state"],
                 "last seen": ui.ago(r["silent_s"]),
                 "host": ui.plain(r["host"]),  # st.table renders Markdown

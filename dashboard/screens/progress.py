@@ -71,7 +71,8 @@ def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
         parts.append(_bar(f"job: {job['label']} · {job['pct']:.1f}%", job["pct"], "#6a1b9a"))
     for r in progress["ranks"] if per_rank else ():
         shown = r["global_step"] if r["global_step"] is not None else r["step"]
-        text = f"rank {r['rank']}: {r['pct']:.1f}% · step {shown or 0:,}"
+        who = r.get("replicas") or f"rank {r['rank']}"  # on a mesh: "dp 0: ranks 0, 1 (tp)"
+        text = f"{who}: {r['pct']:.1f}% · step {shown or 0:,}"
         if r["state"] != "running":
             text += f" · {r['state']}"
         parts.append(_bar(text, r["pct"], charts.STATE_COLOURS.get(r["state"], "#9e9e9e")))
@@ -82,7 +83,10 @@ def _behind(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(ranks).sort_values(["pct", "rank"])
     return pd.DataFrame(
         {
-            "rank": [f"rank {r}" for r in frame["rank"]],
+            "rank": [
+                rep if isinstance(rep, str) else f"rank {r}"
+                for r, rep in zip(frame["rank"], frame.get("replicas", frame["rank"]), strict=True)
+            ],
             "state": frame["state"],
             "read": [f"{p:.1f}%" for p in frame["pct"]],
             "global step": [f"{g:,.0f}" if pd.notna(g) else "—" for g in frame["global_step"]],

@@ -92,6 +92,8 @@ STATIC_KEYS = (
     "total_steps",
     "seq_len",
     "heartbeat_s",
+    "global_rank",
+    "mesh",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
 # Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
