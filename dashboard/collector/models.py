@@ -260,6 +260,7 @@ class StatusPublic(BaseModel):
     missing: int
     ranks: list[RankStatePublic]
     headline: str
+    stopped_at: str | None = None  # "33.8 % of epoch 2": closed mid-epoch, no length stated
 
 
 class RankPublic(BaseModel):

@@ -244,6 +244,9 @@ def run_status(
     missing = max(0, run["world_size"] - len({r["rank"] for r in ranks}))
     restart = any(c.restart for c in closed.values()) and counts["terminated"] > 0
     state = _run_state(run, ranks, states, counts, missing, restart)
+    stopped_at = _stopped_mid_epoch(store, run, ranks) if state == "finished" else None
+    state = "stopped" if stopped_at else state
+    text = headline(state, states, counts, run["world_size"])
     return {
         "state": state,
         "resumed": run.get("prev_world_size") is not None or run.get("resumed_ts") is not None,
@@ -252,7 +255,13 @@ def run_status(
         "counts": counts,
         "missing": missing,
         "ranks": states,
-        "headline": headline(state, states, counts, run["world_size"]),
+        "headline": (
+            f"Stopped at {stopped_at}: {'the rank' if len(states) == 1 else 'every rank'} "
+            "closed before the epoch's end"
+            if stopped_at
+            else text
+        ),
+        "stopped_at": stopped_at,
     }
 
 
@@ -273,6 +282,21 @@ def _run_state(
         done = not missing and not counts["terminated"] and all(_reached(run, r) for r in ranks)
         return "finished" if done else "stopped"
     return next(s for s in WORST_FIRST if counts[s])
+
+
+def _stopped_mid_epoch(
+    store: Store, run: dict[str, Any], ranks: list[dict[str, Any]]
+) -> str | None:
+    """Without a stated length, a run whose processes all closed finished only at an epoch's
+    end (an `epoch_end` at their last step, or the epoch read to its end); else where it
+    stopped: '
+    33.8 % of epoch 2' (counted from 1, as the pages do), or None."""
+    if run.get("total_epochs") or run.get("total_steps") or all(_at_epoch_end(r) for r in ranks):
+        return None
+    epoch, share = store.epoch_read(run["run_id"], run["world_size"], run["num_splits"])
+    if share >= 1.0 or (share == 0.0 and epoch > 0):
+        return None  # read to the end, or closed as the next epoch began
+    return f"{100 * share:.1f} % of epoch {epoch + 1}"
 
 
 def public(status: dict[str, Any], most: int = 64) -> dict[str, Any]:

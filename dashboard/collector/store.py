@@ -431,6 +431,30 @@ class Store:
             out.append(p)
         return out
 
+    def epoch_read(self, run_id: str, world_size: int, num_splits: int) -> tuple[int, float]:
+        """(the epoch the world's ranks stand in, the share of it read: every split's largest
+        reported cursor over what a cursor counts up to), from the ranks' last positions."""
+        rows = self.query(
+            "SELECT epoch, lo, hi, cursors, blocks_per_split, rows_per_split FROM ranks k "
+            "JOIN runs r USING (run_id) WHERE run_id = ? AND k.world_size = ?",
+            run_id,
+            world_size,
+        )
+        if not rows:
+            return 0, 0.0
+        epoch = max(row["epoch"] or 0 for row in rows)
+        cursors = [0] * num_splits
+        per_split = 0
+        for row in rows:
+            if (row["epoch"] or 0) != epoch or not row["cursors"] or row["lo"] is None:
+                continue
+            per_split = max(per_split, row["blocks_per_split"] or row["rows_per_split"] or 0)
+            for split, c in zip(
+                range(row["lo"], row["hi"]), orjson.loads(row["cursors"]), strict=False
+            ):
+                cursors[split] = max(cursors[split], c)
+        return epoch, (sum(cursors) / (num_splits * per_split) if per_split else 0.0)
+
     def checkpoints_saved(self, run_id: str) -> int:
         """Checkpoints saved in the run, folded across ranks (one per step and world size)."""
         rows = self.query(
