@@ -95,10 +95,13 @@ def piece_frame(layout: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.LayerChart:
+def placement_grid(
+    layout: dict[str, Any], num_splits: int, title: str, colour_ranks: int | None = None
+) -> alt.LayerChart:
     """Splits coloured by the rank that reads them (continuous, never repeating); a split
     two ranks share is cut into their parts; splits of a rank that went silent (stalled or
-    crashed) are dark. Tooltips: the part read, host, GPU, workers, state."""
+    crashed) are dark. Tooltips: the part read, host, GPU, workers, state. `colour_ranks`:
+    the largest world of the run (before and after a resize), so rank r has one colour."""
     frame = piece_frame(layout)
     by_rank = {r["rank"]: r for r in layout["ranks"]}
     frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
@@ -111,7 +114,8 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     cols = min(cols, num_splits)
     if cell >= LABELS_FROM_PX:
         frame["label"] = [f"r{r}" for r in frame["rank"]]
-    world = max(1, layout["world_size"] - 1)
+    # one colour per rank on every grid of a run: before and after a resize share the scale
+    world = max(1, (colour_ranks or layout["world_size"]) - 1)
     x_scale = alt.Scale(domain=[0, cols], nice=False, zero=False)
     y_scale = alt.Scale(domain=[0, rows], nice=False, reverse=True)
     x, y = alt.X("x:Q", scale=x_scale, axis=None), alt.Y("row:Q", scale=y_scale, axis=None)

@@ -36,3 +36,26 @@ def test_crashed_is_never_green_and_states_are_distinct() -> None:
     crashed = _hue(charts.STATE_COLOURS["crashed"])
     assert not 75 <= crashed <= 170, crashed  # vermillion, not a green
     assert len(set(charts.STATE_COLOURS.values())) == len(charts.STATE_COLOURS)
+
+
+def _rank_scale(layout: dict[str, Any], ranks: int | None) -> Any:
+    spec = charts.placement_grid(layout, 8, "t", ranks).to_dict()
+    colours = [
+        layer["encoding"]["color"] for layer in spec["layer"] if "color" in layer["encoding"]
+    ]
+    return colours[0]["scale"]["domain"]
+
+
+def test_a_rank_keeps_its_colour_across_a_resize() -> None:
+    """4 -> 3: the before and after grids share one scale, so rank 2 is one colour."""
+
+    def layout(world: int) -> dict[str, Any]:
+        owner = [s * world // 8 for s in range(8)]
+        ranks = [
+            {"rank": r, "state": "running", "splits": [owner.index(r), 8 - owner[::-1].index(r)],
+             "host": "h", "gpu": r, "num_workers": 0}
+            for r in range(world)
+        ]  # fmt: skip
+        return {"world_size": world, "owner": owner, "shared": [], "ranks": ranks}
+
+    assert _rank_scale(layout(4), 4) == _rank_scale(layout(3), 4) == [0, 3]
