@@ -22,13 +22,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from dashboard.collector.models import EventIn
+from dashboard.collector.records import (
+    Closed,
+    Retention,
+    RunConflict,
+    TooManyNewRuns,
+    conflict,
+    is_replica,
+)
 from dashboard.collector.schema import SCHEMA, TABLES, add_columns, connect
 from dashboard.collector.writes import (
     EPOCH_ENDED,
@@ -53,66 +60,9 @@ from loader.wire import (
 )
 
 ROLLUP_S = 10
-# Mesh dims that split the data (the loader's defaults, issue 26): a process whose other
-# coordinates are not all 0 is a replica of its data-parallel rank, and its rows are the
-# rows its first replica already counted.
-DATA_DIMS = frozenset({"dp", "dp_replicate", "dp_shard", "batch", "data"})
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
-
-
-@dataclass(frozen=True)
-class Retention:
-    """What the store keeps: the `keep_runs` most recently active runs, none silent for
-    `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
-    report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
-    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads), and its latest `keep_live_reports` live
-    mixture reports (each supersedes the ones before; a month-long mixture run sends
-    ~500,000). At most `new_runs_per_minute` new runs."""
-
-    keep_runs: int = 100
-    keep_days: float = 30.0
-    keep_samples_s: float = 6 * 3600.0
-    new_runs_per_minute: int = 60
-    keep_live_reports: int = 1000
-
-
-@dataclass(frozen=True)
-class Closed:
-    """A rank's `closed` event: when, why (`loader/wire.py`'s reasons) and, for an error,
-    the exception's type."""
-
-    ts: float
-    reason: str | None
-    error: str | None = None
-    rank: int = -1
-    restart: bool = False  # `terminated` by an elastic agent that has restarts left
-
-    @classmethod
-    def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
-        said = orjson.loads(data) if data else {}
-        reason, error = said.get("reason"), said.get("error")
-        return cls(
-            float(ts),
-            reason if isinstance(reason, str) else None,
-            error if isinstance(error, str) else None,
-            int(rank),
-            said.get("restart") is True,
-        )
-
-
-def is_replica(e: EventIn) -> bool:
-    """Does `e` come from a replica (not the first process) of its data-parallel rank?"""
-    return bool(e.mesh) and any(v for k, v in (e.mesh or {}).items() if k not in DATA_DIMS)
-
-
-class RunConflict(ValueError):
-    """An event contradicts what its run already is (e.g. another number of splits)."""
-
-
-class TooManyNewRuns(ValueError):
-    """More new runs in the last minute than allowed: retention must not be flushed by spam."""
 
 
 class Store:
@@ -161,7 +111,7 @@ class Store:
             if run is None:
                 run = runs[e.run_id] = run_row(e)
             elif run["num_splits"] != e.num_splits:
-                raise RunConflict(_conflict(e.run_id, run["num_splits"], e.num_splits))
+                raise RunConflict(conflict(e.run_id, run["num_splits"], e.num_splits))
             run["last_ts"], run["events"] = e.ts, run["events"] + 1
             for key in ("total_epochs", "total_steps", "seq_len"):
                 run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
@@ -229,7 +179,7 @@ class Store:
         known = dict(conn.execute(sql, list(runs)).fetchall())
         for run_id, num_splits in known.items():
             if num_splits != runs[run_id]["num_splits"]:
-                raise RunConflict(_conflict(run_id, num_splits, runs[run_id]["num_splits"]))
+                raise RunConflict(conflict(run_id, num_splits, runs[run_id]["num_splits"]))
         return len(runs) - len(known)
 
     def _count_new_runs(self, new: int) -> None:
@@ -490,10 +440,3 @@ class Store:
             for conn in [self._write, *self._readers]:
                 conn.close()
             self._readers.clear()
-
-
-def _conflict(run_id: str, num_splits: int, got: int) -> str:
-    return (
-        f"run {run_id!r} has num_splits={num_splits}, this event says {got}: a run's S "
-        "cannot change; give the new layout its own run id (ELASTIC_LOADER_RUN_ID)"
-    )
