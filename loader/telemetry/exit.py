@@ -119,7 +119,7 @@ def install_exit_hooks() -> None:
     if os.getpid() not in _HOOKED_PID:  # a forked child starts with an empty registry
         _HOOKED_PID.append(os.getpid())
         multiprocessing.util.Finalize(None, _close_all, exitpriority=100)
-        _chain_signal(signal.SIGTERM)
+    _chain_signal(signal.SIGTERM)  # once per process (a no-op off the main thread: again later)
 
 
 _PREVIOUS: dict[int, Any] = {}  # signal → the handler ours runs after
