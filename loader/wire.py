@@ -53,6 +53,7 @@ MAX_WORLD_SIZE = 1 << 20
 # name may hold a comma): each 1-256 characters, at most 4,096 datasets, so one event always
 # fits the collector's limits; `MixedDataset` refuses other names when it is built.
 MAX_NAME_CHARS = 256
+MAX_TEXT = 4096  # the longest text value of an event's `data` (a checkpoint's path, ...)
 MAX_MIXTURE_DATASETS = 4096
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = re.compile(NAME_PATTERN)

@@ -8,13 +8,18 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from loader.wire import MAX_MIXTURE_DATASETS, MAX_NAME_CHARS, MAX_SPLITS, RUN_ID_PATTERN
+from loader.wire import (
+    MAX_MIXTURE_DATASETS,
+    MAX_NAME_CHARS,
+    MAX_SPLITS,
+    MAX_TEXT,
+    RUN_ID_PATTERN,
+)
 
 MAX_EVENTS = 2000
 MAX_CURSORS = MAX_SPLITS  # a rank may own every split of a run (W = 1)
 MAX_DATA_KEYS = 32
 MAX_DATA_LIST = 1 << 16
-MAX_TEXT = 4096
 # Distinct runs one POST may touch (a rank sends one): with retention, this bounds how fast
 # one client can churn runs.
 MAX_RUNS_PER_REQUEST = 8

@@ -65,6 +65,7 @@ from loader.wire import (
     CLOSE_REASON_ERROR,
     CLOSED,
     INGEST_PATH,
+    MAX_TEXT,
     PROGRESS,
 )
 
@@ -110,10 +111,12 @@ class TelemetryWarning(RuntimeWarning):
 
 def event_value(value: Any) -> Any:
     """A JSON scalar, list of ints or list of texts, whatever the loader passed (numpy ints, Paths, ...)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return _fits(value)
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        return _fits(os.fspath(value))
     tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
     if callable(tolist):
         value = tolist()
@@ -124,6 +127,12 @@ def event_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return list(value)  # a mixture's names and weights
     return str(value)
+
+
+def _fits(text: str) -> str:
+    """A text the collector accepts: at most `wire.MAX_TEXT` characters (a path longer than
+    that keeps its end, the part that names the file)."""
+    return text if len(text) <= MAX_TEXT else "…" + text[-(MAX_TEXT - 1) :]
 
 
 def _reason(exc: BaseException) -> str:
