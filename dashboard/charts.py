@@ -19,9 +19,17 @@ import pandas as pd
 GRID_COLS = 64
 LABELS_FROM_PX = 18
 TIME_FORMAT = "%H:%M:%S"
-SILENT = ("stalled", "crashed")
-STATE_COLOURS = {"running": "#2e7d32", "closed": "#1565c0", "stalled": "#f9a825"}
-STATE_COLOURS |= {"crashed": "#c62828", "previous world": "#9e9e9e"}
+SILENT = ("stalled", "crashed", "terminated")
+# Okabe-Ito, safe for the common colour-vision deficiencies; a state keeps its colour on every
+# page, and crashed (vermillion) is never a green or a blue.
+STATE_COLOURS = {"running": "#009e73", "closed": "#0072b2", "stalled": "#e69f00"}
+STATE_COLOURS |= {"crashed": "#d55e00", "terminated": "#cc79a7", "previous world": "#999999"}
+# The timeline's kinds, each with one colour whichever kinds a run has (a routine epoch end
+# is never the crash's colour).
+KIND_COLOURS = {
+    "checkpoint saved": "#0072b2", "checkpoint loaded": "#56b4e9", "epoch end": "#999999",
+    "mixture": "#cc79a7", "steps skipped": "#f0e442", "crash": "#d55e00", "outage": "#e69f00",
+}  # fmt: skip
 
 
 def _cols(num_cells: int) -> int:
@@ -87,10 +95,13 @@ def piece_frame(layout: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.LayerChart:
+def placement_grid(
+    layout: dict[str, Any], num_splits: int, title: str, colour_ranks: int | None = None
+) -> alt.LayerChart:
     """Splits coloured by the rank that reads them (continuous, never repeating); a split
     two ranks share is cut into their parts; splits of a rank that went silent (stalled or
-    crashed) are dark. Tooltips: the part read, host, GPU, workers, state."""
+    crashed) are dark. Tooltips: the part read, host, GPU, workers, state. `colour_ranks`:
+    the largest world of the run (before and after a resize), so rank r has one colour."""
     frame = piece_frame(layout)
     by_rank = {r["rank"]: r for r in layout["ranks"]}
     frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
@@ -103,7 +114,8 @@ def placement_grid(layout: dict[str, Any], num_splits: int, title: str) -> alt.L
     cols = min(cols, num_splits)
     if cell >= LABELS_FROM_PX:
         frame["label"] = [f"r{r}" for r in frame["rank"]]
-    world = max(1, layout["world_size"] - 1)
+    # one colour per rank on every grid of a run: before and after a resize share the scale
+    world = max(1, (colour_ranks or layout["world_size"]) - 1)
     x_scale = alt.Scale(domain=[0, cols], nice=False, zero=False)
     y_scale = alt.Scale(domain=[0, rows], nice=False, reverse=True)
     x, y = alt.X("x:Q", scale=x_scale, axis=None), alt.Y("row:Q", scale=y_scale, axis=None)
@@ -183,11 +195,11 @@ def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
             color=alt.Color(
-                "share:Q", scale=alt.Scale(domain=[0, 1], scheme="greens"), title="read"
+                "share:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"
             ),
             stroke=alt.condition(
                 alt.FieldOneOfPredicate("state", list(SILENT)),
-                alt.value("#c62828"),
+                alt.value(STATE_COLOURS["crashed"]),
                 alt.value(None),
             ),
             tooltip=["rank:Q", "state:N", alt.Tooltip("share:Q", format=".1%"), "global_step:Q"],
@@ -237,7 +249,9 @@ def band_chart(
     layers: list[Any] = [area, line]
     if crashed_at is not None:
         crash = pd.DataFrame({"time": [_ms(crashed_at)], "what": ["crash: last report"]})
-        rule = alt.Chart(crash).mark_rule(color="#c62828", strokeWidth=2, strokeDash=[4, 3])
+        rule = alt.Chart(crash).mark_rule(
+            color=STATE_COLOURS["crashed"], strokeWidth=2, strokeDash=[4, 3]
+        )
         layers.append(rule.encode(x=_time_x(), tooltip=["what:N"]))
     chart_title = f"{title}: median across ranks, band from the slowest to the fastest"
     return alt.LayerChart(layer=layers, title=chart_title).properties(height=240)
@@ -288,13 +302,14 @@ def timeline_chart(items: list[dict[str, Any]], by_step: bool = False) -> alt.La
     points = base.transform_filter(
         "datum.kind != 'outage' && isValid(datum.step)" if by_step else "datum.kind != 'outage'"
     )
+    kinds = alt.Scale(domain=list(KIND_COLOURS), range=list(KIND_COLOURS.values()))
     points = points.mark_point(size=140, filled=True).encode(
-        y=alt.Y("what:N", title=None), color=alt.Color("what:N", legend=None)
+        y=alt.Y("what:N", title=None), color=alt.Color("what:N", scale=kinds, legend=None)
     )
     layers: list[Any] = [points]
     if not by_step:
         spans = base.transform_filter("datum.kind == 'outage'").mark_rect(
-            color="#c62828", opacity=0.15
+            color=KIND_COLOURS["outage"], opacity=0.15
         )
         layers.insert(0, spans.encode(x2="end:T"))
     return alt.LayerChart(layer=layers).properties(height=60 + 40 * frame["what"].nunique())

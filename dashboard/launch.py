@@ -92,6 +92,11 @@ class DashboardHandle:
     def ui_alive(self) -> bool:
         return self._ui is None or self._ui.poll() is None
 
+    def ui_log_tail(self, chars: int = 2000) -> str:
+        """The end of Streamlit's output: why it exited."""
+        log = self._ui_log
+        return log.read_text(errors="replace")[-chars:].strip() if log and log.exists() else ""
+
     def stop(self, timeout_s: float = 10.0) -> None:
         if self._stopped:
             return
@@ -141,11 +146,49 @@ def start_collector_process(
     return proc, url
 
 
+def _in_use(host: str, port: int, flag: str) -> RuntimeError:
+    return RuntimeError(
+        f"port {port} ({flag}) is already in use on {host}: another dashboard or program "
+        f"holds it; stop it, or pass {flag} with a free port ({flag} 0 picks one)"
+    )
+
+
+def check_free(host: str, port: int, flag: str) -> None:
+    """RuntimeError naming `flag` when `port` cannot be bound on `host` (0: any port is)."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise _in_use(host, port, flag) from None
+
+
+def ranks_url(host: str, port: int) -> str:
+    """The collector URL to give ranks on other machines: a wildcard bind (0.0.0.0, ::) is
+    reached at this machine's name, never at loopback (another host's loopback is itself)."""
+    if host in ("0.0.0.0", "::", ""):
+        return _url(machine_name(), port)
+    return _url(host, port)
+
+
+def machine_name() -> str:
+    """This machine's name as other machines would use it: its fully qualified name where
+    the resolver gives one, else its host name (never 'localhost')."""
+    name = socket.gethostname()
+    fqdn = socket.getfqdn(name)
+    return fqdn if "." in fqdn and not fqdn.startswith("localhost") else name
+
+
 def _serve_collector(settings: Settings, port: int) -> tuple[uvicorn.Server, threading.Thread, int]:
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, port))
+    try:
+        sock.bind((settings.host, port))
+    except OSError:
+        sock.close()
+        raise _in_use(settings.host, port, "--port") from None
     config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -199,6 +242,7 @@ def start_dashboard(
     try:
         _wait(lambda: server.started, "the collector", deadline)
         if ui:
+            check_free(host, ui_port, "--ui-port")  # else the other's Streamlit would answer
             ui_port = ui_port or free_port(host)
             handle._ui, handle._ui_log = _spawn_ui(host, ui_port, api_url, token)
             handle.ui_url = _url(_reachable(host), ui_port)
@@ -238,15 +282,18 @@ def run_dashboard(
 
     previous = signal.signal(signal.SIGTERM, _on_signal)
     where = "" if is_loopback(host) else f" (bound to {host}; ranks need the token)"
-    print(f"Dashboard:  {handle.ui_url}{where}")
+    ui_port = int(str(handle.ui_url).rsplit(":", 1)[1])
+    print(f"Dashboard:  {ranks_url(host, ui_port)}{where}")  # a wildcard: this machine's name
     print(f"Collector:  {handle.api_url}  (API docs at {handle.api_url}/docs)")
-    print(f"Ranks:      export ELASTIC_LOADER_TELEMETRY={handle.api_url}")
+    port = int(handle.api_url.rsplit(":", 1)[1])
+    print(f"Ranks:      export ELASTIC_LOADER_TELEMETRY={ranks_url(host, port)}")
     print("Ctrl-C to stop.", flush=True)
     code = 0
     try:
         while not stop.wait(0.5):
             if not handle.ui_alive():
-                print("elastic-loader dashboard: Streamlit exited", file=sys.stderr)
+                why = handle.ui_log_tail() or "no output"
+                print(f"elastic-loader dashboard: Streamlit exited:\n{why}", file=sys.stderr)
                 code = 1
                 break
     except KeyboardInterrupt:

@@ -118,3 +118,29 @@ def stragglers(rates: Sequence[RankRate], slow: float = 0.8, stall: float = 0.1)
             why.append(f"waits for data {r.stall_frac:.0%} of the time")
         reasons.append("; ".join(why))
     return reasons
+
+
+# What the Planner shows with no run selected (the loader's own defaults where it has one).
+PLANNER_DEFAULTS: dict[str, Any] = {
+    "rows": 1_000_000, "num_splits": 48, "global_batch": 1536, "drop_last": False,
+    "gpus": "1, 2, 3, 4, 6, 7, 8, 12, 16, 24, 32, 48, 56, 64",
+}  # fmt: skip
+
+
+def planner_defaults(placement: dict[str, Any] | None) -> dict[str, Any]:
+    """The Planner's starting values from the selected run's placement view: its S, N (S × L:
+    the rows its epoch reads; the surplus under S is not reported), G (the global batch its
+    ranks reported), and its world size among the candidate GPU counts. `drop_last` starts unticked, the loader's default. None: `PLANNER_DEFAULTS`."""
+    out = dict(PLANNER_DEFAULTS)
+    if not placement:
+        return out
+    current = placement.get("current") or {}
+    world = int(current.get("world_size") or 0)
+    out["num_splits"] = int(placement["num_splits"])
+    out["rows"] = max(out["num_splits"], out["num_splits"] * int(placement["rows_per_split"]))
+    if current.get("global_batch_size"):
+        out["global_batch"] = int(current["global_batch_size"])
+    if world:
+        gpus = sorted({int(g) for g in str(out["gpus"]).replace(",", " ").split()} | {world})
+        out["gpus"] = ", ".join(str(g) for g in gpus)
+    return out

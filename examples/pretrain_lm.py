@@ -143,7 +143,9 @@ def train(rank: int, world: int, job: dict[str, Any]) -> None:
         table, columns=["tokens"], num_splits=NUM_SPLITS, shuffle_seed=1,
         pack_sequences=job["seq_len"], eos_id=EOS,
     )  # fmt: skip
-    dl = StreamingDataLoader(ds, batch_size=job["global_batch"] // world)
+    dl = StreamingDataLoader(
+        ds, batch_size=job["global_batch"] // world, total_epochs=job["epochs"]
+    )  # the dashboard's "epoch x of N" and job ETA
     step = 0
     ckpt = Path(job["checkpoints"])
     if job.get("resume"):

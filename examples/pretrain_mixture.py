@@ -110,7 +110,9 @@ def make_loader(job: dict[str, Any], weights: tuple[int, ...]) -> StreamingDataL
             pack_sequences=job["seq_len"], eos_id=EOS,
         )  # fmt: skip
     mixture = MixedDataset(datasets, list(weights), epoch_source="code")
-    return StreamingDataLoader(mixture, global_batch_size=job["global_batch"])
+    return StreamingDataLoader(
+        mixture, global_batch_size=job["global_batch"], total_steps=job["steps"]
+    )  # the dashboard's "step x of N" and job ETA
 
 
 def run_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:

@@ -243,7 +243,7 @@ def make_loader(cfg: TrainConfig, world_size: int) -> tuple[StreamingDataLoader,
     )  # fmt: skip
     dl = StreamingDataLoader(
         ds, global_batch_size=cfg.global_batch, num_workers=cfg.num_workers,
-        drop_last=False, run_id=cfg.run_id,
+        drop_last=False, run_id=cfg.run_id, total_epochs=cfg.epochs,
     )  # fmt: skip
     return dl, table.count_rows()
 

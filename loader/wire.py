@@ -39,6 +39,10 @@ CLOSED = "closed"
 CLOSE_REASON_CLOSE = "close"  # `close()`, or its loader was garbage-collected
 CLOSE_REASON_EXIT = "exit"  # normal exit (atexit, or the end of a multiprocessing child)
 CLOSE_REASON_ERROR = "error"  # ending on an uncaught exception (or SystemExit with a code != 0)
+# Ended by a signal (SIGTERM, SIGINT: a launcher stopping the job after another process died,
+# a preemption, or an elastic agent restarting its workers): `data.signal` names it, and
+# `data.restart` is true when a torchrun agent has restarts left (a planned restart).
+CLOSE_REASON_TERMINATED = "terminated"
 
 # Sane bounds both sides agree on: a run has at most this many splits (and so a rank at
 # most this many cursors), which keeps one event and every per-split view bounded.
@@ -49,6 +53,7 @@ MAX_WORLD_SIZE = 1 << 20
 # name may hold a comma): each 1-256 characters, at most 4,096 datasets, so one event always
 # fits the collector's limits; `MixedDataset` refuses other names when it is built.
 MAX_NAME_CHARS = 256
+MAX_TEXT = 4096  # the longest text value of an event's `data` (a checkpoint's path, ...)
 MAX_MIXTURE_DATASETS = 4096
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = re.compile(NAME_PATTERN)

@@ -313,7 +313,8 @@ def test_a_taken_ui_port_fails_fast_and_leaks_no_fd(tmp_path: Path) -> None:
         taken.listen()
         fds = _open_fds()
         start = time.monotonic()
-        with pytest.raises(RuntimeError, match="Streamlit dashboard exited"):
+        # named before Streamlit starts (issue 25: it used to answer with the other's URL)
+        with pytest.raises(RuntimeError, match=r"\(--ui-port\) is already in use"):
             start_dashboard(port=0, ui_port=taken.getsockname()[1], db=str(tmp_path / "p.db"))
         assert time.monotonic() - start < 30  # not the 60 s readiness deadline
         assert _open_fds() - fds == set()

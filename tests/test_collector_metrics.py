@@ -60,9 +60,10 @@ def test_a_scrape_has_every_run_and_rank(client: TestClient) -> None:
         wait = 0.6 if rank == 3 else 0.02  # the slow reader waits for data
         assert _get(samples, "elastic_loader_rank_data_wait_ratio", **labels) == pytest.approx(wait)
         assert _get(samples, "elastic_loader_rank_global_step", **labels) == 40 * 2000 // 32
-        assert _get(samples, "elastic_loader_rank_last_report_age_seconds", **labels) < 30
-        assert _get(samples, "elastic_loader_rank_state", **labels, state="running") == 1
-    dead = {"run_id": "dead", "rank": "1"}
+        process = labels | {"process": str(rank)}  # no mesh: the global rank is the rank
+        assert _get(samples, "elastic_loader_rank_last_report_age_seconds", **process) < 30
+        assert _get(samples, "elastic_loader_rank_state", **process, state="running") == 1
+    dead = {"run_id": "dead", "rank": "1", "process": "1"}
     assert _get(samples, "elastic_loader_rank_state", **dead, state="crashed") == 1
     assert _get(samples, "elastic_loader_rank_last_report_age_seconds", **dead) >= 39
 

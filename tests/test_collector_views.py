@@ -31,7 +31,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 def test_states_from_heartbeats(client: TestClient) -> None:
     now = time.time()
-    ended_ago = {"live": 0, "stalled": 8, "crashed": 40, "finished": 40, "stopped": 40}
+    ended_ago = {"live": 0, "stalled": 14, "crashed": 40, "finished": 40, "stopped": 40}
     runs = {
         name: SyntheticRun(
             name, 4, 16, 10_000, 20, now - 20 - ago,

@@ -209,3 +209,26 @@ def test_a_run_id_that_cannot_travel_is_refused_when_the_loader_is_built() -> No
             telemetry="http://127.0.0.1:9",
             run_id="a/b",
         )
+
+
+def test_a_path_longer_than_the_collectors_limit_keeps_its_end(
+    collector: DashboardHandle,
+) -> None:
+    """A checkpoint's path of 5,000 characters (an object-store key) is not a refusal."""
+    path = "s3://bucket/" + "deep/" * 1000 + "step-7.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TelemetryWarning)
+        dl = StreamingDataLoader(
+            StreamingDataset(_rows(8), num_splits=2),
+            batch_size=2,
+            telemetry=collector.api_url,
+            run_id="long-path",
+        )
+        dl.note_checkpoint_saved(path)
+        client = dl._telemetry.client  # type: ignore[attr-defined]
+        dl.close()
+    assert client.dropped == 0
+    [saved] = get_json(f"{collector.api_url}/api/runs/long-path/events?kind=checkpoint_saved")[
+        "data"
+    ]
+    assert saved["data"]["path"].endswith("deep/step-7.pt") and len(saved["data"]["path"]) == 4096

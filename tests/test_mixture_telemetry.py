@@ -88,6 +88,9 @@ def test_weights_and_per_dataset_progress_reach_the_collector(
     assert resume[0]["supplied"] == [60, 20] and resume[0]["passes"] == [1, 1]
     assert resume[0]["phase_start"] == 10 and resume[0]["names"] == ["a", "b"]
     page = _page(PROGRESS, "mix-run", collector)
+    heads = [str(e.proto.body) for e in page.get("html")]
+    assert heads == ["<div><b>mixture · global step 10 · 2 ranks reporting</b></div>"]
+    assert not any("0 of 0" in h for h in heads)  # no split headline of a mixture's G "splits"
     [table] = page.table
     assert list(table.value.index) == ["a", "b"]
     timeline = _get(collector.api_url + "/api/runs/mix-run/timeline")

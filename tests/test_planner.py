@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dashboard.placement import PLANNER_DEFAULTS, planner_defaults
+from dashboard.synthetic import SyntheticRun
 from loader.layout import check_world_size, supported_world_sizes
 from loader.tools.cli import main
 from loader.tools.planner import plan_report
+from tests.collector_api import collector_client, post_runs, view
 
 
 def test_plan_command_reports_splits_drops_world_sizes_and_batches(
@@ -194,3 +198,16 @@ def test_more_splits_than_rows_is_an_error_not_a_traceback(
 def test_world_sizes_are_the_divisors(num_splits: int) -> None:
     expected = [w for w in range(1, num_splits + 1) if num_splits % w == 0]
     assert supported_world_sizes(num_splits) == expected
+
+
+def test_the_planner_starts_from_the_selected_run(tmp_path: Path) -> None:
+    """Issue 25 point 6: its N, S, G and world size, and drop_last unticked (the loader's
+    default), instead of fixed numbers that ignore the run."""
+    run = SyntheticRun("job", 3, 12, 5_000, 5, time.time() - 5, global_batch_size=240)
+    with collector_client(tmp_path / "p.db") as client:
+        post_runs(client, run)
+        start = planner_defaults(view(client, "job", "placement"))
+    assert (start["rows"], start["num_splits"], start["global_batch"]) == (60_000, 12, 240)
+    assert "3" in start["gpus"].replace(",", " ").split()
+    assert start["drop_last"] is False
+    assert planner_defaults(None) == PLANNER_DEFAULTS and PLANNER_DEFAULTS["drop_last"] is False

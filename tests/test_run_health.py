@@ -229,3 +229,21 @@ def test_a_finished_run_shows_the_epochs_it_completed(client: TestClient) -> Non
     store: Store = client.app.state.store  # type: ignore[attr-defined]
     run_row = store.run("r")
     assert run_row is not None and views.progress(store, run_row)["epochs_done"] == 2
+
+
+def test_a_run_closed_mid_epoch_without_a_stated_length_is_stopped_there(
+    client: TestClient,
+) -> None:
+    """Issue 25 point 3: closed at 35 % of epoch 2 (no total_epochs) read "Finished"."""
+    mid = [*beats(13, 11, epoch=1, cursors=[3, 4, 3, 4]), closed(10.5, "exit")]
+    status = judge(client, mid)
+    assert status["state"] == "stopped"
+    assert status["stopped_at"] == "35.0 % of epoch 2"
+    assert (
+        status["headline"] == "Stopped at 35.0 % of epoch 2: the rank closed before the epoch's end"
+    )
+    read = [
+        e | {"run_id": "read"}
+        for e in [*beats(13, 11, epoch=1, cursors=[10] * 4), closed(10.5, "exit")]
+    ]
+    assert judge(client, read)["state"] == "finished"  # the epoch read to its end

@@ -11,6 +11,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard.collector.metrics import METRICS_KEEP_S
 from dashboard.collector.status import Health
 from dashboard.collector.store import Retention
 from dashboard.env import (
@@ -75,6 +76,9 @@ class Settings(BaseModel):
     keep_samples_s: float = Field(default=6 * 3600.0, ge=20_000)
     new_runs_per_minute: int = Field(default=60, ge=1)
     stall_after_s: float = Field(default=Health.no_step_s, gt=0)
+    metrics_keep_s: float = Field(
+        default=METRICS_KEEP_S, gt=0
+    )  # /metrics: a run's time after its end
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -1,127 +1,172 @@
 """`GET /metrics`: the runs' health in the Prometheus text format, for a cluster's Grafana.
 
 Built per scrape from the same store reads and status rules as the JSON views (so an
-alert and the dashboard cannot disagree), written by `prometheus_client` itself. Per run:
-its state (one series per state, 1 for the current one), world size, ranks reporting and
-checkpoints saved; per rank of the current world: its state (one series, the current
-state, value 1: all states for 1,024 ranks would be 6,144 series), rows (packed: blocks)
-and tokens per second and the share of time its loop waited for data over the last 30 s,
-global step, seconds since its last report and since its step last moved; per dataset of a
-mixture: its weight, rows supplied and passes completed (its latest report).
+alert and the dashboard cannot disagree). Per run: its state (one series per state, 1 for
+the current one), world size, processes reporting and checkpoints saved; per process: its
+state (one series, the current state, value 1), seconds since its last report and since
+its step last moved; per data-parallel rank: rows (packed: blocks) and tokens per second
+and the share of time its loop waited for data over the last 30 s, global step; per dataset
+of a mixture: its weight, rows supplied and passes completed (its latest report).
+
+At scale: a run whose last report is older than `METRICS_KEEP_S` (15 min; a finished,
+stopped or long-dead run) leaves /metrics (its views stay in the API), so a collector
+holding 1,000 runs exposes the live ones only. The text is written here rather than through
+`prometheus_client`'s object model (which spent ~70 % of a 1,000-run scrape validating and
+escaping), escaping label values as the exposition format requires: backslash, double
+quote and line feed; any other Unicode as UTF-8.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
-from dashboard.collector.status import Health, run_status
+from dashboard.collector.status import Health, by_rank, run_status
 from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 from loader.wire import text_list
 
-RUN_STATES = ("starting", "running", "stalled", "crashed", "finished", "stopped")
+RUN_STATES = ("starting", "running", "stalled", "crashed", "restarted", "finished", "stopped")
+METRICS_KEEP_S = 900.0  # a run leaves /metrics this long after its last report
 PREFIX = "elastic_loader_"
 RUN, RANK, DATASET = ("run_id",), ("run_id", "rank"), ("run_id", "dataset")
-# (key, family, name after PREFIX, help, labels)
-FAMILIES: tuple[tuple[str, Any, str, str, tuple[str, ...]], ...] = (
-    ("state", GaugeMetricFamily, "run_state", "1 for the run's state, 0 for the others",
-     (*RUN, "state")),
-    ("world", GaugeMetricFamily, "run_world_size", "Ranks of the run's current world", RUN),
-    ("reporting", GaugeMetricFamily, "run_ranks_reporting",
-     "Ranks of the current world that reported", RUN),
-    ("checkpoints", CounterMetricFamily, "run_checkpoints_saved",
+PROCESS = (*RANK, "process")  # a process: its data-parallel rank and its global rank
+# (key, type, name after PREFIX (counters: without `_total`), help, labels)
+FAMILIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    ("state", "gauge", "run_state", "1 for the run's state, 0 for the others", (*RUN, "state")),
+    ("world", "gauge", "run_world_size", "Ranks of the run's current world", RUN),
+    ("reporting", "gauge", "run_ranks_reporting",
+     "Processes of the current world that reported", RUN),
+    ("checkpoints", "counter", "run_checkpoints_saved",
      "Checkpoints saved (folded across ranks)", RUN),
-    ("rank_state", GaugeMetricFamily, "rank_state", "The rank's current state (value 1)",
-     (*RANK, "state")),
-    ("rows", GaugeMetricFamily, "rank_rows_per_second",
+    ("rank_state", "gauge", "rank_state",
+     "The process's current state (value 1); `process` is its global rank", (*PROCESS, "state")),
+    ("rows", "gauge", "rank_rows_per_second",
      "Rows (packed runs: blocks) per second over the last 30 s", RANK),
-    ("tokens", GaugeMetricFamily, "rank_tokens_per_second",
+    ("tokens", "gauge", "rank_tokens_per_second",
      "Tokens per second over the last 30 s (packed runs only)", RANK),
-    ("wait", GaugeMetricFamily, "rank_data_wait_ratio",
+    ("wait", "gauge", "rank_data_wait_ratio",
      "Share of the last 30 s the training loop waited for data", RANK),
-    ("step", GaugeMetricFamily, "rank_global_step", "Batches handed out since the run began",
-     RANK),
-    ("age", GaugeMetricFamily, "rank_last_report_age_seconds",
-     "Seconds since the rank's last report", RANK),
-    ("no_step", GaugeMetricFamily, "rank_seconds_since_step",
-     "Seconds since the rank's step last moved", RANK),
-    ("mix_weight", GaugeMetricFamily, "mixture_weight",
+    ("step", "gauge", "rank_global_step", "Batches handed out since the run began", RANK),
+    ("age", "gauge", "rank_last_report_age_seconds",
+     "Seconds since the process's last report", PROCESS),
+    ("no_step", "gauge", "rank_seconds_since_step",
+     "Seconds since the process's step last moved", PROCESS),
+    ("mix_weight", "gauge", "mixture_weight",
      "A mixture dataset's share of every global step now", DATASET),
-    ("mix_rows", CounterMetricFamily, "mixture_rows_supplied",
+    ("mix_rows", "counter", "mixture_rows_supplied",
      "Rows (packed: blocks) a mixture dataset supplied since the run began", DATASET),
-    ("mix_passes", GaugeMetricFamily, "mixture_passes_completed",
+    ("mix_passes", "gauge", "mixture_passes_completed",
      "Passes over a mixture dataset completed", DATASET),
 )  # fmt: skip
+_NAMES = {
+    key: PREFIX + name + ("_total" if kind == "counter" else "")
+    for key, kind, name, _, _ in FAMILIES
+}
+# 'elastic_loader_rank_state{run_id="{}",rank="{}",process="{}",state="{}"} {}': one
+# `str.format` a sample (a scrape of 128,000 processes writes ~700,000 of them)
+_LINES = {
+    key: _NAMES[key].replace("{", "{{")
+    + "{{"
+    + ",".join(f'{label}="{{}}"' for label in labels)
+    + "}} {}"
+    for key, _, _, _, labels in FAMILIES
+}
 
 
-class RunMetrics:
-    """A `prometheus_client` collector over the store: every run, read at scrape time."""
-
-    def __init__(self, store: Store, health: Health, now: float | None = None) -> None:
-        self.store, self.health, self.now = store, health, now
-
-    def collect(self) -> Iterator[Metric]:
-        now = time.time() if self.now is None else self.now
-        family = {
-            key: kind(PREFIX + name, text, labels=list(labels))
-            for key, kind, name, text, labels in FAMILIES
-        }
-        for run in self.store.runs():
-            self._run(run, now, family)
-        yield from family.values()
-
-    def _run(self, run: dict[str, Any], now: float, family: dict[str, Any]) -> None:
-        run_id = str(run["run_id"])
-        status = run_status(self.store, run, health=self.health, now=now)
-        for state in RUN_STATES:
-            family["state"].add_metric([run_id, state], float(status["state"] == state))
-        family["world"].add_metric([run_id], run["world_size"])
-        family["reporting"].add_metric([run_id], len(status["ranks"]))
-        family["checkpoints"].add_metric([run_id], self.store.checkpoints_saved(run_id))
-        since = run["last_ts"] - STRAGGLER_WINDOW_S
-        totals = {r["rank"]: r for r in self.store.rank_totals(run_id, since, run["world_size"])}
-        for r in status["ranks"]:
-            labels = [run_id, str(r["rank"])]
-            family["rank_state"].add_metric([*labels, r["state"]], 1.0)
-            family["age"].add_metric(labels, r["silent_s"])
-            family["no_step"].add_metric(labels, r["no_step_s"])
-            if r["global_step"] is not None:
-                family["step"].add_metric(labels, r["global_step"])
-            total = totals.get(r["rank"])
-            if total is None:
-                continue
-            covered = total["iv"] or 1e-9
-            family["rows"].add_metric(labels, total["rows"] / covered)
-            family["wait"].add_metric(labels, min(1.0, total["wait_s"] / covered))
-            if run.get("seq_len") is not None:
-                family["tokens"].add_metric(labels, (total["tokens"] or 0) / covered)
-        self._mixture(run_id, family)
-
-    def _mixture(self, run_id: str, family: dict[str, Any]) -> None:
-        """Per dataset of a mixture run, from its latest facts (the Progress page's table)."""
-        last = self.store.latest_mixture(run_id)
-        if last is None:
-            return
-        data = last["data"]
-        names = text_list(data, "names")
-        weights = [float(Fraction(w)) for w in text_list(data, "weights") if w]
-        for key, values in (
-            ("mix_weight", weights),
-            ("mix_rows", data.get("supplied") or []),
-            ("mix_passes", data.get("passes") or []),
-        ):
-            for name, value in zip(names, values, strict=False):
-                family[key].add_metric([run_id, name], value)
+def escape(value: str) -> str:
+    """A label value as the text exposition format writes it: `\\`, `"` and a line feed
+    escaped; commas, spaces and any other Unicode as they are."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def scrape(store: Store, health: Health, now: float | None = None) -> bytes:
-    """The text a Prometheus scrape gets (the text exposition format)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RunMetrics(store, health, now))
-    return generate_latest(registry)
+def _number(value: float) -> str:
+    return repr(float(value)) if value == value else "NaN"
+
+
+class _Lines:
+    """The samples of every family, as text lines, in family order."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[str]] = {key: [] for key in _NAMES}
+
+    def add(self, key: str, labels: tuple[str, ...], value: float) -> None:
+        """`labels`: values already escaped, in the family's label order."""
+        self.lines[key].append(_LINES[key].format(*labels, _number(value)))
+
+    def processes(self, run_id: str, ranks: list[dict[str, Any]]) -> None:
+        """Each process's state, report age and time since its step moved: the bulk of a
+        large scrape (3 lines a process), so written with one f-string a line."""
+        state, age, no_step = (_NAMES[k] for k in ("rank_state", "age", "no_step"))
+        states, ages, stuck = (self.lines[k] for k in ("rank_state", "age", "no_step"))
+        for r in ranks:
+            labels = f'run_id="{run_id}",rank="{r["rank"]}",process="{r["process"]}"'
+            states.append(f'{state}{{{labels},state="{r["state"]}"}} 1.0')
+            ages.append(f"{age}{{{labels}}} {float(r['silent_s'])!r}")
+            stuck.append(f"{no_step}{{{labels}}} {float(r['no_step_s'])!r}")
+
+    def text(self) -> bytes:
+        out = []
+        for key, kind, _, text, _ in FAMILIES:
+            help_text = text.replace("\\", "\\\\").replace("\n", "\\n")
+            out += [f"# HELP {_NAMES[key]} {help_text}", f"# TYPE {_NAMES[key]} {kind}"]
+            out += self.lines[key]
+        return ("\n".join(out) + "\n").encode()
+
+
+def _run(store: Store, run: dict[str, Any], now: float, health: Health, out: _Lines) -> None:
+    run_id = escape(str(run["run_id"]))
+    status = run_status(store, run, health=health, now=now)
+    for state in RUN_STATES:
+        out.add("state", (run_id, state), float(status["state"] == state))
+    out.add("world", (run_id,), run["world_size"])
+    out.add("reporting", (run_id,), len(status["ranks"]))
+    out.add("checkpoints", (run_id,), store.checkpoints_saved(run["run_id"]))
+    out.processes(run_id, status["ranks"])
+    since = run["last_ts"] - STRAGGLER_WINDOW_S
+    totals = {t["rank"]: t for t in store.rank_totals(run["run_id"], since, run["world_size"])}
+    packed = run.get("seq_len") is not None
+    for r in by_rank(status).values():
+        labels = (run_id, str(r["rank"]))
+        if r["global_step"] is not None:
+            out.add("step", labels, r["global_step"])
+        total = totals.get(r["rank"])
+        if total is None:
+            continue
+        covered = total["iv"] or 1e-9
+        out.add("rows", labels, total["rows"] / covered)
+        out.add("wait", labels, min(1.0, total["wait_s"] / covered))
+        if packed:
+            out.add("tokens", labels, (total["tokens"] or 0) / covered)
+    _mixture(store, run["run_id"], run_id, out)
+
+
+def _mixture(store: Store, run_id: str, label: str, out: _Lines) -> None:
+    """Per dataset of a mixture run, from its latest facts (the Progress page's table)."""
+    last = store.latest_mixture(run_id)
+    if last is None:
+        return
+    data = last["data"]
+    names = [escape(n) for n in text_list(data, "names")]
+    weights = [float(Fraction(w)) for w in text_list(data, "weights") if w]
+    for key, values in (
+        ("mix_weight", weights),
+        ("mix_rows", data.get("supplied") or []),
+        ("mix_passes", data.get("passes") or []),
+    ):
+        for name, value in zip(names, values, strict=False):
+            out.add(key, (label, name), value)
+
+
+def scrape(
+    store: Store, health: Health, now: float | None = None, keep_s: float = METRICS_KEEP_S
+) -> bytes:
+    """The text a Prometheus scrape gets (the text exposition format, version 0.0.4): every
+    run that reported within `keep_s`."""
+    now = time.time() if now is None else now
+    out = _Lines()
+    for run in store.runs():
+        if now - run["last_ts"] <= keep_s:
+            _run(store, run, now, health, out)
+    return out.text()

@@ -7,67 +7,30 @@ plain dicts with orjson for speed, and the tests check the two agree.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dashboard.collector.fields import (
+    MAX_CURSORS,
+    MAX_DATA_KEYS,
+    MAX_EVENTS,
+    MAX_PROCESSES,
+    MAX_RUNS_PER_REQUEST,
+    DataValue,
+    MeshDim,
+    NonNeg,
+    RunId,
+    Scalar,
+    Seconds,
+    Text,
+)
 from loader.layout import fit_reason, owned_splits
 from loader.wire import (
     KIND_PATTERN,
-    MAX_MIXTURE_DATASETS,
-    MAX_NAME_CHARS,
     MAX_SPLITS,
     MAX_WORLD_SIZE,
-    RUN_ID_PATTERN,
 )
-
-MAX_EVENTS = 2000
-MAX_CURSORS = MAX_SPLITS  # a rank may own every split of a run (W = 1)
-MAX_DATA_KEYS = 32
-MAX_DATA_LIST = 1 << 16
-MAX_TEXT = 4096
-# Distinct runs one POST may touch (a rank sends one): with retention, this bounds how fast
-# one client can churn runs.
-MAX_RUNS_PER_REQUEST = 8
-
-
-def _utf8(text: str) -> str:
-    """Refuse lone surrogates (JSON allows '\\ud800'); SQLite and orjson cannot store them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("text must be valid Unicode (it has a lone surrogate)") from None
-    return text
-
-
-def _int64(value: Any) -> Any:
-    """Refuse integers SQLite and orjson cannot hold (before a float could silently take them)."""
-    ints = value if isinstance(value, list) else [value]
-    if any(type(v) is int and not -(1 << 63) <= v < 1 << 63 for v in ints):
-        raise ValueError("integers must fit in 64 bits")
-    return value
-
-
-Text = Annotated[str, AfterValidator(_utf8)]
-NonNeg = Annotated[int, Field(ge=0, le=1 << 62)]
-Int64 = Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)]
-Seconds = Annotated[float, Field(ge=0, le=1e12)]
-Scalar = Annotated[Text, Field(max_length=MAX_TEXT)] | Int64 | float | bool | None
-# A list of short texts: a mixture's dataset names and weights (a name may hold a comma).
-Texts = Annotated[
-    list[Annotated[Text, Field(max_length=MAX_NAME_CHARS)]],
-    Field(max_length=MAX_MIXTURE_DATASETS),
-]
-DataValue = Annotated[
-    Scalar | Annotated[list[Int64], Field(max_length=MAX_DATA_LIST)] | Texts,
-    BeforeValidator(_int64),
-]
-# Any printable text but '/', which could not be one URL path segment (same rule as the client).
-# (The constraints before the validator: after it, pydantic leaves `pattern` out of the schema.)
-RunId = Annotated[
-    str, Field(pattern=RUN_ID_PATTERN, min_length=1, max_length=128), AfterValidator(_utf8)
-]
-
 
 CROSS_FIELD_RULES = """Rules beyond each field's type and range (JSON Schema cannot state \
 them), each a 422 naming the rule:
@@ -124,6 +87,16 @@ class EventIn(BaseModel):
     tokens: NonNeg | None = None  # packed data: tokens handed out this epoch by the rank
     blocks_per_split: NonNeg | None = None  # packed data: what a cursor counts up to
     seq_len: NonNeg | None = None  # packed data: tokens per block (rows count blocks)
+    heartbeat_s: Annotated[float, Field(gt=0, le=3600)] | None = None  # the client's period
+    # The process (issue 26): its global rank (torch.distributed's; the data-parallel
+    # `rank` when absent) and its coordinate on each dim of its DeviceMesh. Processes that
+    # share a data-parallel rank (tensor-parallel peers) are told apart by these.
+    global_rank: Annotated[int, Field(ge=0, lt=MAX_PROCESSES)] | None = None
+    mesh: (
+        Annotated[dict[MeshDim, Annotated[int, Field(ge=0, lt=MAX_PROCESSES)]], Field(max_length=8)]
+        | None
+    ) = None
+    sent_ts: Seconds | None = None  # the rank's clock when this batch left (progress only)
     rows: NonNeg = 0
     batches: NonNeg = 0
     wait_s: Seconds = 0.0
@@ -132,6 +105,11 @@ class EventIn(BaseModel):
     data: Annotated[
         dict[Annotated[Text, Field(max_length=64)], DataValue], Field(max_length=MAX_DATA_KEYS)
     ] = {}
+
+    @property
+    def process(self) -> int:
+        """The sending process: its global rank, or its data-parallel rank without one."""
+        return self.rank if self.global_rank is None else self.global_rank
 
     @model_validator(mode="after")
     def _agrees_with_itself(self) -> EventIn:
@@ -209,23 +187,29 @@ class RunsPublic(BaseModel):
 
 
 class RankStatePublic(BaseModel):
-    """running, stalled, crashed or closed; `silent_s` since its last report, `no_step_s`
-    since its step last moved; `why` a rank is stalled or crashed: `silent`, `no step` or
-    `error` (its `closed` said the process ended on an uncaught exception of type `error`)."""
+    """running, stalled, crashed, terminated or closed (dashboard/collector/status.py);
+    `silent_s` since its last report, `no_step_s` since its step last moved; `why` a rank is
+    stalled, crashed or terminated: `silent`, `no step`, `error` (its `closed` said the
+    process ended on an uncaught exception of type `error`), `signal`, or `after rank N
+    died`; `first` marks the process that died first."""
 
-    rank: int
+    rank: int  # the data-parallel rank
     state: str
     silent_s: float
     last_ts: float
+    process: int = 0  # the global rank: several processes share a rank on a mesh
+    mesh: dict[str, int] | None = None  # its coordinate on each mesh dim
     global_step: int | None
     why: str | None = None
     error: str | None = None
     no_step_s: float = 0.0
+    first: bool = False  # the process that died first: the cause of the others' end
 
 
 class StatusPublic(BaseModel):
-    """The run's state: starting, running, stalled, crashed, finished or stopped; `ranks`
-    lists the stalled and crashed ranks (worst first, at most 64), `counts` all of them by state."""
+    """The run's state: starting, running, stalled, crashed, restarted, finished or stopped;
+    `ranks` lists the crashed, stalled and terminated ranks (the first to die first, then
+    worst first, at most 64), `counts` all of them by state."""
 
     state: str
     resumed: bool
@@ -235,6 +219,7 @@ class StatusPublic(BaseModel):
     missing: int
     ranks: list[RankStatePublic]
     headline: str
+    stopped_at: str | None = None  # "33.8 % of epoch 2": closed mid-epoch, no length stated
 
 
 class RankPublic(BaseModel):
@@ -257,6 +242,7 @@ class RankPublic(BaseModel):
     tokens: int | None = None  # packed data: tokens handed out this epoch
     blocks_per_split: int | None = None  # packed data: what the cursors count up to
     global_batch_size: int | None = None  # G (None from clients older than it)
+    replicas: str | None = None  # on a mesh: "dp 0: ranks 0, 1 (tp)", its processes
 
 
 class PartPublic(BaseModel):
@@ -334,6 +320,7 @@ class RankProgressPublic(BaseModel):
     rows_total: int
     pct: float
     tokens: int | None  # packed data: tokens this rank handed out this epoch
+    replicas: str | None = None  # on a mesh: "dp 0: ranks 0, 1 (tp)", its processes
 
 
 class JobProgressPublic(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-TABLES = ("runs", "ranks", "samples", "rollup", "events")
+TABLES = ("runs", "ranks", "samples", "rollup", "events", "processes")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -31,7 +31,15 @@ CREATE TABLE IF NOT EXISTS events (
   epoch INTEGER, step INTEGER, data BLOB);
 CREATE INDEX IF NOT EXISTS events_run_ts ON events (run_id, ts);
 CREATE INDEX IF NOT EXISTS runs_last_ts ON runs (last_ts);
+CREATE TABLE IF NOT EXISTS processes (
+  run_id TEXT, world_size INTEGER, process INTEGER, rank INTEGER, mesh BLOB, host TEXT,
+  ts REAL, interval_s REAL, prev_interval_s REAL, epoch INTEGER, step INTEGER,
+  global_step INTEGER, step_ts REAL, moved_s REAL, epochs_done INTEGER, end_step INTEGER,
+  heartbeat_s REAL, clock_offset REAL, PRIMARY KEY (run_id, world_size, process)) WITHOUT ROWID;
 """
+# `processes`: one row per process (its global rank): what the status rules judge. `ranks`
+# keeps one per data-parallel rank (the position its replicas share) for placement and
+# progress, so a mesh's replicas are counted as processes and never folded into one.
 # Columns added after the first release: ALTERed into older databases on open, so a
 # collector upgrade keeps the runs it already has.
 ADDED_COLUMNS = (
@@ -58,6 +66,7 @@ ADDED_COLUMNS = (
     # the global batch G the rank reads with: with the split count, who reads which part of
     # a split that ranks share (loader.layout); NULL from clients older than it
     ("ranks", "global_batch_size", "INTEGER"),
+    ("events", "process", "INTEGER"),  # the global rank of the process that sent it
 )
 
 

@@ -1,26 +1,40 @@
-"""Is the job alive? Run and rank state from heartbeats and progress, as W&B and Ray decide it.
+"""Is the job alive? Run and process state from heartbeats, steps and `closed` events: the
+one owner of the status rules (stated as a table in docs/dashboard.md, "Status rules").
 
-Every rank's telemetry client sends a `progress` event every send interval (1 s by default)
-and a `closed` event (with its reason) from `close()` and at the process's end. So a rank is:
+Every process's telemetry client sends a `progress` event every `heartbeat_s` (1 s by
+default: the heartbeat, from a thread) and a `closed` event with its reason from `close()`,
+at the process's end and on SIGTERM. The thresholds count in the rank's **beat**: the
+smaller of its last two measured send intervals (one heartbeat after a long gap must not
+stretch them), never below the client's own `heartbeat_s` (an event sent at once, e.g. a
+checkpoint's, makes a short interval that is not a heartbeat). A rank is:
 
-- **running** when it reported within `Health.stalled_after` of its send intervals and its
-  step moved within `Health.no_step_s` seconds,
-- **stalled** when it has been silent longer than that (a long step holding the GIL), or
-  reports without stepping (the heartbeat comes from a thread: a hung collective),
-- **crashed** when silent for `Health.crashed_after` intervals without having closed, or
-  when its `closed` says the process ended on an uncaught exception,
-- **closed** when a `closed` event came after its last report. After `close()` (not at
-  exit) the rank counts as running for `Health.rebuild_grace` intervals first: a loader
-  rebuilt every epoch closes its client and the next one reports within an interval.
+- **running** while it reports and steps;
+- **stalled** when silent for more than `stalled_after` beats, or reporting without its step
+  moving for longer than its step limit: `step_factor` times the usual time between moves of
+  its step (a decaying maximum), never below `no_step_floor` beats, never above `no_step_s`
+  (`--stall-after`), and `no_step_s` before its first move or at an epoch end (an
+  evaluation between epochs is not a hang);
+- **crashed** when silent for more than `crashed_after` beats without a `closed`, when its
+  `closed` says the process ended on an uncaught exception, or, once another process was
+  terminated, when it has been silent `killed_after` beats and last reported before that
+  termination (it was killed: it is why the others were terminated);
+- **terminated** when its `closed` says a signal ended it (reason `terminated`), read
+  "terminated after rank N died" when a process died first;
+- **closed** when a `closed` came after its last report (after `close()`, not at exit, it
+  counts as running for `rebuild_grace` beats: a loader rebuilt every epoch).
 
-The send interval is the smaller of the rank's last two measured intervals: one heartbeat
-after a long gap must not stretch every threshold by that gap. A silent rank whose last
-report stands at an epoch end (the `epoch_end` it sent, nothing read since) finished when
-the job's stated length is reached there, or (no length stated) when another rank closed at
-that point: its own `closed` was lost. The run takes the worst state of the ranks of its
-current world size: crashed, then stalled, then running; **finished** once every rank
-closed after its last epoch (or the job said no total), **stopped** when they all closed
-before the job's stated total or a rank of the world never reported.
+Silence is measured on the collector's clock: a rank's reports are shifted by the offset
+between its clock and the collector's, measured from the `sent_ts` of its last batch, so a
+skewed clock neither hides nor invents a silence. Hysteresis: a state is entered only after
+its condition held for its whole threshold and left only on proof (a report ends a silence,
+a moved step ends a no-step stall), and the thresholds are those measured before the silence
+began, so a silence never moves its own threshold.
+
+The run takes the worst state of the processes of its current world (crashed, stalled,
+running); **restarted** when processes were terminated by a torchrun agent with restarts
+left (a planned restart); **finished** once every process closed after its last epoch (or
+the job stated no length), **stopped** when they closed or were terminated before the job's
+stated end, or a rank of the world never reported.
 """
 
 from __future__ import annotations
@@ -29,32 +43,45 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from dashboard.collector.headline import headline, process_name, ranks_text, replicas_text
 from dashboard.collector.store import Closed, Store
-from loader.wire import CLOSE_REASON_CLOSE, CLOSE_REASON_ERROR
+from loader.wire import CLOSE_REASON_CLOSE, CLOSE_REASON_ERROR, CLOSE_REASON_TERMINATED
+
+__all__ = ["DEFAULT_HEALTH", "Health", "headline", "ranks_text", "replicas_text", "run_status"]
 
 DEFAULT_INTERVAL_S = 1.0
-WORST_FIRST = ("crashed", "stalled", "running", "closed")
+MIN_BEAT_S, MAX_BEAT_S = 0.1, 60.0
+WORST_FIRST = ("crashed", "stalled", "running", "terminated", "closed")
 
 
 @dataclass(frozen=True)
 class Health:
-    """The thresholds: silence in send intervals; a stuck step in seconds (`no_step_s`,
-    settable: `--stall-after`, `ELASTIC_LOADER_DASHBOARD_STALL_AFTER_S`)."""
+    """The thresholds, in beats of the rank (`beat_of`), but `no_step_s`: the longest a
+    rank may report without stepping, in seconds (`--stall-after`,
+    `ELASTIC_LOADER_DASHBOARD_STALL_AFTER_S`)."""
 
-    stalled_after: float = 5
-    crashed_after: float = 15
+    stalled_after: float = 10
+    crashed_after: float = 20
     no_step_s: float = 120.0
     rebuild_grace: float = 3
+    step_factor: float = 10
+    no_step_floor: float = 10
+    killed_after: float = 2
 
 
 DEFAULT_HEALTH = Health()
 
 
-def interval_of(rank: dict[str, Any]) -> float:
-    """The rank's send interval: the smaller of its last two measured ones (0.1-60 s)."""
-    last = rank.get("interval_s") or DEFAULT_INTERVAL_S
+def beat_of(rank: dict[str, Any]) -> float:
+    """The rank's heartbeat: the smaller of its last two intervals, never below the client's
+    own period (0.1-60 s)."""
+    floor = rank.get("heartbeat_s") or DEFAULT_INTERVAL_S
+    last = rank.get("interval_s") or floor
     before = rank.get("prev_interval_s") or last
-    return min(60.0, max(0.1, min(last, before)))
+    return min(MAX_BEAT_S, max(MIN_BEAT_S, floor, min(last, before)))
+
+
+interval_of = beat_of  # its name before the beat had a floor
 
 
 def position(rank: dict[str, Any]) -> int | None:
@@ -67,24 +94,44 @@ def completed_epochs(rank: dict[str, Any]) -> int:
     return max(rank.get("epochs_done") or 0, rank.get("epoch") or 0)
 
 
+def on_our_clock(rank: dict[str, Any], ts: float) -> float:
+    """The rank's time `ts` on the collector's clock (its measured offset added)."""
+    return ts + (rank.get("clock_offset") or 0.0)
+
+
+def _at_epoch_end(rank: dict[str, Any]) -> bool:
+    return rank.get("end_step") is not None and rank["end_step"] == position(rank)
+
+
+def no_step_limit(rank: dict[str, Any], health: Health = DEFAULT_HEALTH) -> float:
+    """How long the rank may report without stepping (see the module docstring)."""
+    moved = rank.get("moved_s")
+    if moved is None or _at_epoch_end(rank):
+        return health.no_step_s
+    scaled = max(health.no_step_floor * beat_of(rank), health.step_factor * moved)
+    return min(health.no_step_s, scaled)
+
+
 def rank_state(
     rank: dict[str, Any], closed: Closed | None, now: float, health: Health = DEFAULT_HEALTH
 ) -> tuple[str, str | None]:
-    """The rank's state and why: `silent`, `no step`, `error` (or None)."""
-    interval = interval_of(rank)
+    """The rank's state and why: `silent`, `no step`, `error`, `signal` (or None)."""
+    beat = beat_of(rank)
     if closed is not None and closed.ts >= rank["ts"]:
         if closed.reason == CLOSE_REASON_ERROR:
             return "crashed", "error"
+        if closed.reason == CLOSE_REASON_TERMINATED:
+            return "terminated", "signal"
         rebuilding = closed.reason == CLOSE_REASON_CLOSE
-        if rebuilding and now - closed.ts < health.rebuild_grace * interval:
+        if rebuilding and now - on_our_clock(rank, closed.ts) < health.rebuild_grace * beat:
             return "running", None
         return "closed", None
-    silent = now - rank["ts"]
-    if silent > health.crashed_after * interval:
+    silent = now - on_our_clock(rank, rank["ts"])
+    if silent > health.crashed_after * beat:
         return "crashed", "silent"
-    if silent > health.stalled_after * interval:
+    if silent > health.stalled_after * beat:
         return "stalled", "silent"
-    if now - (rank.get("step_ts") or rank["ts"]) > health.no_step_s:
+    if now - on_our_clock(rank, rank.get("step_ts") or rank["ts"]) > no_step_limit(rank, health):
         return "stalled", "no step"
     return "running", None
 
@@ -99,10 +146,6 @@ def _reached(run: dict[str, Any], rank: dict[str, Any]) -> bool:
     return True
 
 
-def _at_epoch_end(rank: dict[str, Any]) -> bool:
-    return rank.get("end_step") is not None and rank["end_step"] == position(rank)
-
-
 def _lost_close(run: dict[str, Any], rank: dict[str, Any], closed_epochs: list[int]) -> bool:
     """A silent rank that stopped where the job ended: its `closed` was lost, not its life."""
     if not _at_epoch_end(rank):
@@ -112,43 +155,98 @@ def _lost_close(run: dict[str, Any], rank: dict[str, Any], closed_epochs: list[i
     return bool(closed_epochs) and completed_epochs(rank) >= max(closed_epochs)
 
 
+def _killed(
+    judged: list[tuple[dict[str, Any], str, str | None]],
+    closed: dict[int, Closed],
+    now: float,
+    health: Health,
+) -> list[tuple[dict[str, Any], str, str | None]]:
+    """Once a process was terminated, one that went silent before that without a `closed`
+    was killed (the launcher terminated the others because it died): crashed at once."""
+    ends = [on_our_clock(r, closed[r["process"]].ts) for r, s, _ in judged if s == "terminated"]
+    if not ends:
+        return judged
+    first = min(ends)
+    out = []
+    for r, state, why in judged:
+        last = on_our_clock(r, r["ts"])
+        before = state in ("running", "stalled") and last < first
+        if before and now - last > health.killed_after * beat_of(r):
+            state, why = "crashed", "silent"
+        out.append((r, state, why))
+    return out
+
+
+def _died_at(r: dict[str, Any], why: str | None, closed: dict[int, Closed]) -> float:
+    """When a crashed rank died: its `closed` for an error, else its last report."""
+    return closed[r["process"]].ts if why == "error" else float(r["ts"])
+
+
+def _first_death(
+    judged: list[tuple[dict[str, Any], str, str | None]], closed: dict[int, Closed]
+) -> tuple[dict[str, Any], str | None] | None:
+    """The crashed process that died first, when that is a fact: others were terminated
+    after it, or it died more than a beat before the next one (ranks that all went silent
+    together name no cause)."""
+    dead = sorted(
+        (
+            (_died_at(r, why, closed), r["process"], r, why)
+            for r, s, why in judged
+            if s == "crashed"
+        ),
+        key=lambda d: (d[0], d[1]),
+    )
+    if not dead:
+        return None
+    terminated = any(s == "terminated" for _, s, _ in judged)
+    if terminated or len(dead) == 1 or dead[1][0] - dead[0][0] > beat_of(dead[0][2]):
+        return dead[0][2], dead[0][3]
+    return None
+
+
 def run_status(
     store: Store,
     run: dict[str, Any],
-    ranks: list[dict[str, Any]] | None = None,
+    processes: list[dict[str, Any]] | None = None,
     health: Health = DEFAULT_HEALTH,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """The run's state, each rank's state and silence (from `ranks` if the caller read them)."""
+    """The run's state, each process's state and silence (from `processes`, rows of
+    `Store.heartbeats`, if the caller read them)."""
+    ranks = processes
     now = time.time() if now is None else now
     if ranks is None:
         ranks = store.heartbeats(run["run_id"], run["world_size"])
     # a `closed` that counts came after the rank's last report
     since = min((r["ts"] for r in ranks), default=run["last_ts"])
     closed = store.closed_ranks(run["run_id"], run["world_size"], since)
-    judged = [(r, *rank_state(r, closed.get(r["rank"]), now, health)) for r in ranks]
+    judged = [(r, *rank_state(r, closed.get(r["process"]), now, health)) for r in ranks]
+    judged = _killed(judged, closed, now, health)
     closed_epochs = [completed_epochs(r) for r, state, _ in judged if state == "closed"]
+    cause = _first_death(judged, closed)
     states = []
     counts = dict.fromkeys(WORST_FIRST, 0)
     for r, state, why in judged:
         if why == "silent" and _lost_close(run, r, closed_epochs):
             state, why = "closed", None
+        if state == "terminated" and cause is not None:
+            why = f"after {process_name(cause[0])} died"
         counts[state] += 1
-        silent = now - r["ts"]
-        error = closed[r["rank"]].error if why == "error" else None
+        silent = now - on_our_clock(r, r["ts"])
+        no_step = now - on_our_clock(r, r.get("step_ts") or r["ts"])
+        error = closed[r["process"]].error if why == "error" else None
         states.append(
-            {"rank": r["rank"], "state": state, "silent_s": silent if silent > 0 else 0.0,
+            {"rank": r["rank"], "process": r["process"], "mesh": r.get("mesh"),
+             "state": state, "silent_s": max(0.0, silent),
              "last_ts": r["ts"], "global_step": position(r), "why": why, "error": error,
-             "no_step_s": max(0.0, now - (r.get("step_ts") or r["ts"]))}
+             "no_step_s": max(0.0, no_step), "first": cause is not None and r is cause[0]}
         )  # fmt: skip
-    missing = max(0, run["world_size"] - len(ranks))
-    if not states:
-        state = "starting"
-    elif counts["closed"] == len(states):
-        done = not missing and all(_reached(run, r) for r in ranks)
-        state = "finished" if done else "stopped"
-    else:
-        state = next(s for s in WORST_FIRST if counts[s])
+    missing = max(0, run["world_size"] - len({r["rank"] for r in ranks}))
+    restart = any(c.restart for c in closed.values()) and counts["terminated"] > 0
+    state = _run_state(run, ranks, states, counts, missing, restart)
+    stopped_at = _stopped_mid_epoch(store, run, ranks) if state == "finished" else None
+    state = "stopped" if stopped_at else state
+    text = headline(state, states, counts, run["world_size"])
     return {
         "state": state,
         "resumed": run.get("prev_world_size") is not None or run.get("resumed_ts") is not None,
@@ -157,63 +255,66 @@ def run_status(
         "counts": counts,
         "missing": missing,
         "ranks": states,
-        "headline": headline(state, states, counts, run["world_size"]),
+        "headline": (
+            f"Stopped at {stopped_at}: {'the rank' if len(states) == 1 else 'every rank'} "
+            "closed before the epoch's end"
+            if stopped_at
+            else text
+        ),
+        "stopped_at": stopped_at,
     }
 
 
-def public(status: dict[str, Any], most: int = 64) -> dict[str, Any]:
-    """What every page's status line fetches each second: the silent ranks (worst first, at
-    most `most`) rather than all 1,024."""
-    order = {s: i for i, s in enumerate(WORST_FIRST)}
-    silent = [r for r in status["ranks"] if r["state"] in ("crashed", "stalled")]
-    silent.sort(key=lambda r: (order[r["state"]], -r["silent_s"], r["rank"]))
-    return {**status, "ranks": silent[:most]}
-
-
-def ranks_text(ranks: list[int], most: int = 8) -> str:
-    """'3, 17' or '0, 1, …, 7 and 1,016 more': rank lists that stay one line at 1,024 ranks."""
-    shown = ", ".join(str(r) for r in ranks[:most])
-    return shown + (f" and {len(ranks) - most:,} more" if len(ranks) > most else "")
-
-
-def _who(bad: list[dict[str, Any]], ranks: list[dict[str, Any]]) -> str:
-    if len(bad) == len(ranks):
-        return "every rank"
-    return f"rank{'s' if len(bad) > 1 else ''} {ranks_text([r['rank'] for r in bad])}"
-
-
-def _trouble(state: str, ranks: list[dict[str, Any]]) -> str:
-    """'Crashed: rank 0 ended on an uncaught ValueError', '…silent for 41 s', '…no step'."""
-    bad = [r for r in ranks if r["state"] == state]
-    errors = [r for r in bad if r["why"] == "error"]
-    if errors:
-        kinds = ", ".join(sorted({r["error"] or "exception" for r in errors}))
-        return f"Crashed: {_who(errors, ranks)} ended on an uncaught {kinds}"
-    silent = [r for r in bad if r["why"] == "silent"]
-    if silent:
-        quiet = min(r["silent_s"] for r in silent)
-        verb = "stopped reporting without closing" if state == "crashed" else "not reporting"
-        return f"{state.capitalize()}: {_who(silent, ranks)} {verb}, silent for {quiet:,.0f} s"
-    stuck = min(r["no_step_s"] for r in bad)
-    return f"Stalled: {_who(bad, ranks)} reporting, but no step for {stuck:,.0f} s"
-
-
-def headline(
-    state: str, ranks: list[dict[str, Any]], counts: dict[str, int], world_size: int
+def _run_state(
+    run: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    states: list[dict[str, Any]],
+    counts: dict[str, int],
+    missing: int,
+    restart: bool,
 ) -> str:
-    """One sentence a person reads first: e.g. 'Crashed: ranks 0, 1 silent for 41 s'."""
-    if state == "starting":
-        return f"Starting: none of the {world_size} ranks has reported yet"
-    if state in ("crashed", "stalled"):
-        return _trouble(state, ranks)
-    every = "the rank" if len(ranks) == 1 else f"all {len(ranks):,} ranks"
-    if state == "finished":
-        return f"Finished: {every} closed"
-    if state == "stopped" and len(ranks) < world_size:
-        seen = {r["rank"] for r in ranks}
-        never = [r for r in range(world_size) if r not in seen]
-        who = f"rank{'s' if len(never) > 1 else ''} {ranks_text(never)}"
-        return f"Stopped: {every} that reported closed; {who} never reported"
-    if state == "stopped":
-        return f"Stopped: {every} closed before the job's stated end"
-    return f"Running: {counts['running']:,} of {world_size:,} ranks reporting"
+    if not states:
+        return "starting"
+    if restart and not counts["running"] and not counts["stalled"]:
+        return "restarted"  # a torchrun agent stopped its workers to start them again
+    ended = counts["closed"] + counts["terminated"]
+    if ended == len(states):
+        done = not missing and not counts["terminated"] and all(_reached(run, r) for r in ranks)
+        return "finished" if done else "stopped"
+    return next(s for s in WORST_FIRST if counts[s])
+
+
+def _stopped_mid_epoch(
+    store: Store, run: dict[str, Any], ranks: list[dict[str, Any]]
+) -> str | None:
+    """Without a stated length, a run whose processes all closed finished only at an epoch's
+    end (an `epoch_end` at their last step, or the epoch read to its end); else where it
+    stopped: '
+    33.8 % of epoch 2' (counted from 1, as the pages do), or None."""
+    if run.get("total_epochs") or run.get("total_steps") or all(_at_epoch_end(r) for r in ranks):
+        return None
+    epoch, share = store.epoch_read(run["run_id"], run["world_size"], run["num_splits"])
+    if share >= 1.0 or (share == 0.0 and epoch > 0):
+        return None  # read to the end, or closed as the next epoch began
+    return f"{100 * share:.1f} % of epoch {epoch + 1}"
+
+
+def public(status: dict[str, Any], most: int = 64) -> dict[str, Any]:
+    """What every page's status line fetches each second: the crashed, stalled and
+    terminated ranks (the first to die first, worst first, at most `most`), not all 1,024."""
+    order = {s: i for i, s in enumerate(WORST_FIRST)}
+    shown = [r for r in status["ranks"] if r["state"] in ("crashed", "stalled", "terminated")]
+    shown.sort(key=lambda r: (not r["first"], order[r["state"]], -r["silent_s"], r["process"]))
+    return {**status, "ranks": shown[:most]}
+
+
+def by_rank(status: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Data-parallel rank → the worst state of its processes (its replicas on a mesh), for
+    the pages that place data: a rank is as alive as its least alive replica."""
+    order = {s: i for i, s in enumerate(WORST_FIRST)}
+    out: dict[int, dict[str, Any]] = {}
+    for r in status["ranks"]:
+        known = out.get(r["rank"])
+        if known is None or order[r["state"]] < order[known["state"]]:
+            out[r["rank"]] = r
+    return out

@@ -22,19 +22,28 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from dashboard.collector.models import EventIn
+from dashboard.collector.records import (
+    Closed,
+    Retention,
+    RunConflict,
+    TooManyNewRuns,
+    conflict,
+    is_replica,
+)
 from dashboard.collector.schema import SCHEMA, TABLES, add_columns, connect
 from dashboard.collector.writes import (
     EPOCH_ENDED,
     INSERT_EVENT,
     INSERT_SAMPLE,
     NEW_WORLD,
+    PROCESS_EPOCH_ENDED,
+    UPSERT_PROCESS,
     UPSERT_RANK,
     UPSERT_ROLLUP,
     UPSERT_RUN,
@@ -54,52 +63,6 @@ ROLLUP_S = 10
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
-
-
-@dataclass(frozen=True)
-class Retention:
-    """What the store keeps: the `keep_runs` most recently active runs, none silent for
-    `keep_days`; per run, raw `samples` only for the last `keep_samples_s` before its last
-    report (older seconds stay in the 10 s `rollup`, which is all a throughput window longer
-    than `ROLLUP_S * MAX_POINTS` = 20,000 s reads), and its latest `keep_live_reports` live
-    mixture reports (each supersedes the ones before; a month-long mixture run sends
-    ~500,000). At most `new_runs_per_minute` new runs."""
-
-    keep_runs: int = 100
-    keep_days: float = 30.0
-    keep_samples_s: float = 6 * 3600.0
-    new_runs_per_minute: int = 60
-    keep_live_reports: int = 1000
-
-
-@dataclass(frozen=True)
-class Closed:
-    """A rank's `closed` event: when, why (`loader/wire.py`'s reasons) and, for an error,
-    the exception's type."""
-
-    ts: float
-    reason: str | None
-    error: str | None = None
-    rank: int = -1
-
-    @classmethod
-    def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
-        said = orjson.loads(data) if data else {}
-        reason, error = said.get("reason"), said.get("error")
-        return cls(
-            float(ts),
-            reason if isinstance(reason, str) else None,
-            error if isinstance(error, str) else None,
-            int(rank),
-        )
-
-
-class RunConflict(ValueError):
-    """An event contradicts what its run already is (e.g. another number of splits)."""
-
-
-class TooManyNewRuns(ValueError):
-    """More new runs in the last minute than allowed: retention must not be flushed by spam."""
 
 
 class Store:
@@ -139,14 +102,16 @@ class Store:
 
         Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
         """
+        arrived = time.time() if now is None else now
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
+        processes, process_ended = [], []
         for e in sorted(events, key=lambda e: e.ts):
             run = runs.get(e.run_id)
             if run is None:
                 run = runs[e.run_id] = run_row(e)
             elif run["num_splits"] != e.num_splits:
-                raise RunConflict(_conflict(e.run_id, run["num_splits"], e.num_splits))
+                raise RunConflict(conflict(e.run_id, run["num_splits"], e.num_splits))
             run["last_ts"], run["events"] = e.ts, run["events"] + 1
             for key in ("total_epochs", "total_steps", "seq_len"):
                 run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
@@ -156,19 +121,28 @@ class Store:
             if e.kind == EPOCH_END and e.epoch is not None:
                 step = e.global_step if e.global_step is not None else e.step
                 ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.rank))
+                process_ended.append((e.epoch + 1, step, e.run_id, e.world_size, e.process))
             if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
-                discrete.append((*said, e.epoch, e.step, data, e.global_step))
+                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
             where = (e.run_id, e.world_size, e.rank, e.ts, e.host, e.local_rank, e.num_workers)
             position = (e.epoch, e.step, lo, hi, cursors, e.rows_per_s, e.global_step)
             packed = (e.tokens, e.blocks_per_split)
+            offset = None if e.sent_ts is None else arrived - e.sent_ts  # collector - rank clock
+            mesh = orjson.dumps(e.mesh) if e.mesh is not None else None
+            processes.append(
+                (e.run_id, e.world_size, e.process, e.rank, mesh, e.host, e.ts,
+                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset)
+            )  # fmt: skip
             ranks.append(
                 (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
             )
+            if is_replica(e):
+                continue  # its rows are the rows its data-parallel rank's first process counted
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
@@ -182,7 +156,9 @@ class Store:
                 conn.executemany(UPSERT_RUN, list(runs.values()))
                 conn.executemany(NEW_WORLD, worlds)
                 conn.executemany(UPSERT_RANK, ranks)
+                conn.executemany(UPSERT_PROCESS, processes)
                 conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
+                conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
                 conn.executemany(INSERT_SAMPLE, samples)
                 conn.executemany(UPSERT_ROLLUP, rollup)
                 conn.executemany(INSERT_EVENT, discrete)
@@ -203,7 +179,7 @@ class Store:
         known = dict(conn.execute(sql, list(runs)).fetchall())
         for run_id, num_splits in known.items():
             if num_splits != runs[run_id]["num_splits"]:
-                raise RunConflict(_conflict(run_id, num_splits, runs[run_id]["num_splits"]))
+                raise RunConflict(conflict(run_id, num_splits, runs[run_id]["num_splits"]))
         return len(runs) - len(known)
 
     def _count_new_runs(self, new: int) -> None:
@@ -340,17 +316,18 @@ class Store:
         return max(found, key=lambda e: (e["global_step"] or 0, e["ts"]), default=None)
 
     def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
-        """Rank → its latest `closed` event (sent by `close()` and at exit) at or after
+        """Process (global rank) → its latest `closed` event (sent by `close()`, at exit and on
+        SIGTERM) at or after
         `since` (the events index makes that a short range, not the run's events)."""
         rows = self.query(
-            "SELECT rank, max(ts) AS ts, data FROM events WHERE run_id = ? AND ts >= ? "
-            "AND world_size = ? AND kind = ? GROUP BY rank",
+            "SELECT rank, coalesce(process, rank) AS process, max(ts) AS ts, data FROM events "
+            "WHERE run_id = ? AND ts >= ? AND world_size = ? AND kind = ? GROUP BY 2",
             run_id,
             since,
             world_size,
             CLOSED,
         )
-        return {int(row["rank"]): Closed.of(row["ts"], row["data"]) for row in rows}
+        return {int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"]) for r in rows}
 
     def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
         """The `closed` events of any world in [since, until): who closed before a resume."""
@@ -390,15 +367,43 @@ class Store:
         )
 
     def heartbeats(self, run_id: str, world_size: int) -> list[dict[str, Any]]:
-        """Each rank's last report: when, its send interval and position (no cursors)."""
+        """Each process's last report: its data-parallel rank, global rank (`process`) and
+        mesh coordinates, when, its send intervals and position (no cursors)."""
         rows = self.query(
-            "SELECT rank, ts, interval_s, prev_interval_s, epoch, step, global_step, step_ts, "
-            "epochs_done, end_step FROM ranks "
-            "WHERE run_id = ? AND world_size = ? ORDER BY rank",
+            "SELECT * FROM processes WHERE run_id = ? AND world_size = ? ORDER BY process",
             run_id,
             world_size,
         )
-        return [dict(row) for row in rows]
+        out = []
+        for row in rows:
+            p = dict(row)
+            p["mesh"] = orjson.loads(row["mesh"]) if row["mesh"] else None
+            out.append(p)
+        return out
+
+    def epoch_read(self, run_id: str, world_size: int, num_splits: int) -> tuple[int, float]:
+        """(the epoch the world's ranks stand in, the share of it read: every split's largest
+        reported cursor over what a cursor counts up to), from the ranks' last positions."""
+        rows = self.query(
+            "SELECT epoch, lo, hi, cursors, blocks_per_split, rows_per_split FROM ranks k "
+            "JOIN runs r USING (run_id) WHERE run_id = ? AND k.world_size = ?",
+            run_id,
+            world_size,
+        )
+        if not rows:
+            return 0, 0.0
+        epoch = max(row["epoch"] or 0 for row in rows)
+        cursors = [0] * num_splits
+        per_split = 0
+        for row in rows:
+            if (row["epoch"] or 0) != epoch or not row["cursors"] or row["lo"] is None:
+                continue
+            per_split = max(per_split, row["blocks_per_split"] or row["rows_per_split"] or 0)
+            for split, c in zip(
+                range(row["lo"], row["hi"]), orjson.loads(row["cursors"]), strict=False
+            ):
+                cursors[split] = max(cursors[split], c)
+        return epoch, (sum(cursors) / (num_splits * per_split) if per_split else 0.0)
 
     def checkpoints_saved(self, run_id: str) -> int:
         """Checkpoints saved in the run, folded across ranks (one per step and world size)."""
@@ -435,10 +440,3 @@ class Store:
             for conn in [self._write, *self._readers]:
                 conn.close()
             self._readers.clear()
-
-
-def _conflict(run_id: str, num_splits: int, got: int) -> str:
-    return (
-        f"run {run_id!r} has num_splits={num_splits}, this event says {got}: a run's S "
-        "cannot change; give the new layout its own run id (ELASTIC_LOADER_RUN_ID)"
-    )

@@ -13,9 +13,11 @@ from typing import Any
 from dashboard.collector.status import (
     DEFAULT_HEALTH,
     Health,
+    by_rank,
     completed_epochs,
     public,
     ranks_text,
+    replicas_text,
     run_status,
 )
 from dashboard.collector.store import ROLLUP_S, Store
@@ -43,10 +45,11 @@ def gpu_labels(ranks: list[dict[str, Any]]) -> dict[int, int]:
 def _layout(
     run: dict[str, Any], world_size: int, ranks: list[dict[str, Any]], status: dict[str, Any]
 ) -> dict[str, Any]:
-    states = {s["rank"]: s for s in status["ranks"]}
+    states = by_rank(status)
     gpu = gpu_labels(ranks)
     for r in ranks:
         known = states.get(r["rank"])
+        r["replicas"] = replicas_text(r["rank"], status["ranks"])
         r["gpu"] = gpu[r["rank"]]
         r["state"] = known["state"] if known else "previous world"
         r["silent_s"] = known["silent_s"] if known else None
@@ -63,7 +66,7 @@ def placement(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH
     """Current split → rank layout and, after a resume on another W, the one before."""
     prev = run["prev_world_size"]
     ranks = store.ranks(run["run_id"], run["world_size"])
-    status = run_status(store, run, ranks, health)
+    status = run_status(store, run, health=health)
     num_splits, batch = run["num_splits"], global_batch(ranks)
     return {
         "run_id": run["run_id"],
@@ -168,13 +171,14 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
     """
     ranks = store.ranks(run["run_id"], run["world_size"])
     num_splits, (unit, per_split) = run["num_splits"], _units(run, ranks)
-    status = run_status(store, run, ranks, health)
-    state_of = {s["rank"]: s["state"] for s in status["ranks"]}
+    status = run_status(store, run, health=health)
+    state_of = {rank: s["state"] for rank, s in by_rank(status).items()}
     epochs_done = min((completed_epochs(r) for r in ranks), default=None)
     cursors: list[int | None] = [None] * num_splits
     bars = []
     for r in ranks:
-        bars.append(_rank_progress(r, num_splits, per_split, state_of[r["rank"]]))
+        bars.append(_rank_progress(r, num_splits, per_split, state_of.get(r["rank"], "closed")))
+        bars[-1]["replicas"] = replicas_text(r["rank"], status["ranks"])
         lo, hi = (r["splits"] or [0, 0])[:2]
         if r["cursors"] is not None and len(r["cursors"]) == hi - lo:
             # Ranks sharing a split report the same global cursor: the latest is the largest.

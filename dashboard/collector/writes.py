@@ -31,8 +31,8 @@ NEW_WORLD = """
 UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
 WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
-# `step_ts` keeps when the position last moved (a rank that reports but does not step is
-# stalled); `prev_interval_s` the interval before (SET reads the row's old values).
+# `step_ts` keeps when the position last moved; `prev_interval_s` the interval before (SET
+# reads the row's old values).
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
   lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
@@ -41,6 +41,7 @@ INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, 
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   step_ts = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
     AND excluded.epoch IS ranks.epoch THEN coalesce(ranks.step_ts, ranks.ts) ELSE excluded.ts END,
+
   prev_interval_s = ranks.interval_s, ts = excluded.ts, host = excluded.host,
   local_rank = excluded.local_rank, num_workers = excluded.num_workers,
   epoch = excluded.epoch, step = excluded.step, lo = coalesce(excluded.lo, lo),
@@ -50,6 +51,27 @@ ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   blocks_per_split = excluded.blocks_per_split,
   global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
   WHERE excluded.ts >= ranks.ts
+"""
+# One row per process, what the status rules read: `step_ts` when its position last moved
+# (a process that reports but does not step is stalled), `moved_s` the usual time between
+# moves (a maximum decaying by 10 % a move), `clock_offset` how far the collector's clock
+# is ahead of the process's (from its last batch's `sent_ts`).
+UPSERT_PROCESS = """
+INSERT INTO processes AS p (run_id, world_size, process, rank, mesh, host, ts, interval_s, epoch,
+  step, global_step, step_ts, heartbeat_s, clock_offset)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, world_size, process) DO UPDATE SET
+  step_ts = CASE WHEN excluded.global_step IS p.global_step AND excluded.step IS p.step
+    AND excluded.epoch IS p.epoch THEN coalesce(p.step_ts, p.ts) ELSE excluded.ts END,
+  moved_s = CASE WHEN excluded.global_step IS p.global_step AND excluded.step IS p.step
+    AND excluded.epoch IS p.epoch THEN p.moved_s
+    ELSE max(excluded.ts - coalesce(p.step_ts, p.ts), 0.9 * coalesce(p.moved_s, 0)) END,
+  prev_interval_s = p.interval_s, interval_s = excluded.interval_s, ts = excluded.ts,
+  rank = excluded.rank, mesh = excluded.mesh, host = excluded.host, epoch = excluded.epoch,
+  step = excluded.step, global_step = excluded.global_step,
+  heartbeat_s = coalesce(excluded.heartbeat_s, p.heartbeat_s),
+  clock_offset = coalesce(excluded.clock_offset, p.clock_offset)
+  WHERE excluded.ts >= p.ts
 """
 INSERT_SAMPLE = """
 INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
@@ -70,8 +92,12 @@ EPOCH_ENDED = """
 UPDATE ranks SET epochs_done = max(coalesce(epochs_done, 0), ?), end_step = ?
 WHERE run_id = ? AND world_size = ? AND rank = ?
 """
+PROCESS_EPOCH_ENDED = """
+UPDATE processes SET epochs_done = max(coalesce(epochs_done, 0), ?), end_step = ?
+WHERE run_id = ? AND world_size = ? AND process = ?
+"""
 INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
-INSERT_EVENT += "global_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT += "global_step, process) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def run_row(e: EventIn) -> dict[str, Any]:

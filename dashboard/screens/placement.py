@@ -50,7 +50,7 @@ def rank_table(
         rows.append(
             {
                 "order": (ORDER.get(r["state"], 4), read / total if total else 0, r["rank"]),
-                "rank": f"rank {r['rank']}",
+                "rank": r.get("replicas") or f"rank {r['rank']}",  # "dp 0: ranks 0, 1 (tp)"
                 "state": r["state"],
                 "last seen": ui.ago(r["silent_s"]),
                 "host": ui.plain(r["host"]),  # st.table renders Markdown
@@ -171,11 +171,12 @@ def live() -> None:
         f"{run_id} · S = {num_splits:,} splits · W = {cur['world_size']:,} ranks · "
         + _world_sizes(placement)
     )
-    now = charts.placement_grid(cur, num_splits, f"now: W = {cur['world_size']:,}")
+    ranks = max(cur["world_size"], prev["world_size"] if prev else 0)  # one colour per rank
+    now = charts.placement_grid(cur, num_splits, f"now: W = {cur['world_size']:,}", ranks)
     if prev:
         before_col, after_col = st.columns(2)
         title = f"before resume: W = {prev['world_size']:,}"
-        ui.show(charts.placement_grid(prev, num_splits, title), before_col, fit=False)
+        ui.show(charts.placement_grid(prev, num_splits, title, ranks), before_col, fit=False)
         ui.show(now, after_col, fit=False)
     else:
         ui.show(now, fit=False)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dashboard import ui
+from dashboard.placement import planner_defaults
 from loader.tools.planner import LISTED, LOSS_SCALE_NOTE, batch_text, placement_text, plan_report
 
 st.header("Planner")
@@ -17,13 +19,24 @@ st.caption(
     "start or resume may use any W up to G (same global batches on every W; a rank reads "
     "whole splits plus parts of the two at its edges); otherwise W must divide S."
 )
+run_id = ui.selected_run()
+start = planner_defaults(ui.fetch("placement", run_id) if run_id else None)
+if run_id:
+    st.caption(f"Starting from run {ui.plain(run_id)}: its N (S × L), S, G and world size.")
+key = f"-{run_id}"  # a new run selected: the inputs start again from its values
 left, right = st.columns(2)
-rows = left.number_input("rows N (after the filter)", min_value=1, value=1_000_000, step=1000)
-num_splits = left.number_input("splits S", min_value=1, value=48, step=1)
-gpus = right.text_input("candidate GPU counts", "1, 2, 3, 4, 6, 7, 8, 12, 16, 24, 32, 48, 56, 64")
-global_batch = right.number_input("global batch G", min_value=1, value=1536, step=1)
+rows = left.number_input(
+    "rows N (after the filter)", min_value=1, value=start["rows"], step=1000, key="rows" + key
+)
+num_splits = left.number_input(
+    "splits S", min_value=1, value=start["num_splits"], step=1, key="splits" + key
+)
+gpus = right.text_input("candidate GPU counts", start["gpus"], key="gpus" + key)
+global_batch = right.number_input(
+    "global batch G", min_value=1, value=start["global_batch"], step=1, key="g" + key
+)
 workers = right.number_input("DataLoader workers per rank", min_value=0, value=4, step=1)
-drop_last = left.checkbox("drop_last", value=True)
+drop_last = left.checkbox("drop_last", value=start["drop_last"], key="drop" + key)
 
 try:
     candidates = sorted({int(p) for p in gpus.replace(",", " ").split()})

@@ -56,9 +56,19 @@ def _tokens_text(progress: dict[str, Any]) -> str:
     return f" · {progress['tokens_done']:,} tokens handed out (blocks of {progress['seq_len']:,})"
 
 
+def mixture_head(progress: dict[str, Any]) -> str:
+    """A mixture's headline: its global step and ranks; what each dataset supplied is the
+    table below (a mixture has no splits of its own, so no 'epoch read' of them)."""
+    step = progress["global_step"]
+    at = f"global step {step:,}" if step is not None else "no step yet"
+    ranks = len(progress["ranks"])
+    return f"<div><b>mixture · {at} · {ranks:,} rank{'s' if ranks != 1 else ''} reporting</b></div>"
+
+
 def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
     """The headline, the job's bar and (if `per_rank`) every rank's bar, in one element.
-    Only numbers and fixed words: no user text goes into this HTML."""
+    Only numbers and fixed words (and mesh dim names, identifiers by the collector's
+    schema): no user text goes into this HTML."""
     step = progress["global_step"]
     step_text = f" · global step {step:,}" if step is not None else ""
     owned = sum(r["rows_total"] for r in progress["ranks"])
@@ -71,7 +81,8 @@ def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
         parts.append(_bar(f"job: {job['label']} · {job['pct']:.1f}%", job["pct"], "#6a1b9a"))
     for r in progress["ranks"] if per_rank else ():
         shown = r["global_step"] if r["global_step"] is not None else r["step"]
-        text = f"rank {r['rank']}: {r['pct']:.1f}% · step {shown or 0:,}"
+        who = r.get("replicas") or f"rank {r['rank']}"  # on a mesh: "dp 0: ranks 0, 1 (tp)"
+        text = f"{who}: {r['pct']:.1f}% · step {shown or 0:,}"
         if r["state"] != "running":
             text += f" · {r['state']}"
         parts.append(_bar(text, r["pct"], charts.STATE_COLOURS.get(r["state"], "#9e9e9e")))
@@ -82,7 +93,10 @@ def _behind(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(ranks).sort_values(["pct", "rank"])
     return pd.DataFrame(
         {
-            "rank": [f"rank {r}" for r in frame["rank"]],
+            "rank": [
+                rep if isinstance(rep, str) else f"rank {r}"
+                for r, rep in zip(frame["rank"], frame.get("replicas", frame["rank"]), strict=True)
+            ],
             "state": frame["state"],
             "read": [f"{p:.1f}%" for p in frame["pct"]],
             "global step": [f"{g:,.0f}" if pd.notna(g) else "—" for g in frame["global_step"]],
@@ -97,6 +111,18 @@ def live() -> None:
     if progress is None:
         return
     _metrics(progress)
+    events = ui.fetch("events", run_id, kind="mixture") if run_id else None
+    live = (
+        ui.fetch("events", run_id, kind="mixture_progress", limit=100)
+        if run_id and events
+        else None
+    )
+    mixed = mixture_frame((events or []) + (live or []))
+    if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
+        st.html(mixture_head(progress))
+        st.subheader("Datasets of the mixture")
+        st.table(mixed)
+        return  # no splits of its own: no split grid, no per-split bars
     ranks = progress["ranks"]
     few = len(ranks) <= BARS_UP_TO
     st.html(bars_html(progress, per_rank=few))
@@ -108,16 +134,6 @@ def live() -> None:
         st.table(ui.paged(_behind(ranks), "progress-page"))
     elif ranks:
         ui.show(charts.rank_bars(ranks), side)
-    events = ui.fetch("events", run_id, kind="mixture") if run_id else None
-    live = (
-        ui.fetch("events", run_id, kind="mixture_progress", limit=100)
-        if run_id and events
-        else None
-    )
-    mixed = mixture_frame((events or []) + (live or []))
-    if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
-        st.subheader("Datasets of the mixture")
-        st.table(mixed)
 
 
 st.header("Progress")

@@ -65,6 +65,7 @@ from loader.wire import (
     CLOSE_REASON_ERROR,
     CLOSED,
     INGEST_PATH,
+    MAX_TEXT,
     PROGRESS,
 )
 
@@ -91,6 +92,9 @@ STATIC_KEYS = (
     "total_epochs",
     "total_steps",
     "seq_len",
+    "heartbeat_s",
+    "global_rank",
+    "mesh",
 )
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
 # Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
@@ -107,10 +111,12 @@ class TelemetryWarning(RuntimeWarning):
 
 def event_value(value: Any) -> Any:
     """A JSON scalar, list of ints or list of texts, whatever the loader passed (numpy ints, Paths, ...)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return _fits(value)
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        return _fits(os.fspath(value))
     tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
     if callable(tolist):
         value = tolist()
@@ -121,6 +127,12 @@ def event_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return list(value)  # a mixture's names and weights
     return str(value)
+
+
+def _fits(text: str) -> str:
+    """A text the collector accepts: at most `wire.MAX_TEXT` characters (a path longer than
+    that keeps its end, the part that names the file)."""
+    return text if len(text) <= MAX_TEXT else "…" + text[-(MAX_TEXT - 1) :]
 
 
 def _reason(exc: BaseException) -> str:
@@ -188,6 +200,7 @@ class TelemetryClient:
         self.endpoint = check_url(url) + INGEST_PATH
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
+        self.static["heartbeat_s"] = interval_s  # the collector's thresholds start from it
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.sent = 0
@@ -212,6 +225,7 @@ class TelemetryClient:
         self._backoff_s = interval_s
         self._close_reason = CLOSE_REASON_CLOSE
         self._close_error: str | None = None
+        self._close_extra: dict[str, Any] = {}  # a signal's name, a planned restart
         self._final_by = 0.0  # monotonic deadline of the last send's retries
         self._position: dict[str, Any] = {}  # the last position read: the loader may be gone
         self._pid = os.getpid()
@@ -297,6 +311,7 @@ class TelemetryClient:
         reason: str = CLOSE_REASON_CLOSE,
         error: str | None = None,
         deadline: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Ask the sender for its final flush now (never blocks: it may run inside GC).
 
@@ -304,6 +319,7 @@ class TelemetryClient:
         now); a later call may move the deadline, and turn the reason into `error`."""
         if not self._stop.is_set() or reason == CLOSE_REASON_ERROR:
             self._close_reason, self._close_error = reason, error
+            self._close_extra = dict(extra or {})
         self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
         self._stop.set()
         self._wake.set()
@@ -358,7 +374,7 @@ class TelemetryClient:
         closed = self._base(CLOSED, time.time())
         where = ("epoch", "step", "global_step")
         closed.update({k: events[0][k] for k in where if k in events[0]})
-        closed["data"] = {"reason": self._close_reason}
+        closed["data"] = {"reason": self._close_reason, **self._close_extra}
         if self._close_error is not None:
             closed["data"]["error"] = self._close_error
         return [*events, closed]
@@ -398,6 +414,8 @@ class TelemetryClient:
         if not final and time.monotonic() < self._retry_at:
             self.dropped += len(events)
             return False
+        if events and events[0]["kind"] == PROGRESS:
+            events[0]["sent_ts"] = time.time()  # the collector reads this rank's clock from it
         try:
             body = orjson.dumps({"events": events})
             request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")

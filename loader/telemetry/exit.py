@@ -1,5 +1,12 @@
 """How a process's telemetry clients end: one shared deadline, and the reason they close.
 
+A process stopped by SIGTERM (a launcher ending the job after another process died, a
+preemption, an elastic agent restarting its workers) says so as it goes: a handler chained
+in front of the previous one sends `closed` with reason `terminated`, the signal's name and,
+under a torchrun agent with restarts left, `restart: true`; then the previous handler runs
+(by default the process dies of the signal, as it would have). So the dashboard names the
+process that died first, not the ones terminated after it.
+
 At its end a process flushes every client at once under one `EXIT_BUDGET_S` deadline, from
 atexit in a script or torchrun rank and from a multiprocessing finalizer in a spawned or
 forked child (which leaves through `os._exit` and skips atexit). The `closed` event then
@@ -13,13 +20,19 @@ from __future__ import annotations
 import atexit
 import multiprocessing.util
 import os
+import signal
 import sys
 import threading
 import time
 import weakref
 from typing import Any, Protocol
 
-from loader.wire import CLOSE_REASON_CLOSE, CLOSE_REASON_ERROR, CLOSE_REASON_EXIT
+from loader.wire import (
+    CLOSE_REASON_CLOSE,
+    CLOSE_REASON_ERROR,
+    CLOSE_REASON_EXIT,
+    CLOSE_REASON_TERMINATED,
+)
 
 
 class Exiting(Protocol):
@@ -33,7 +46,11 @@ class Exiting(Protocol):
     _stop: threading.Event
 
     def _finish(
-        self, reason: str = ..., error: str | None = None, deadline: float | None = None
+        self,
+        reason: str = ...,
+        error: str | None = None,
+        deadline: float | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None: ...
 
 
@@ -44,7 +61,7 @@ _DEADLINE: dict[int, float] = {}  # pid → when this process's exit stops waiti
 
 
 @atexit.register
-def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
+def _close_all(budget_s: float = EXIT_BUDGET_S, signum: int | None = None) -> None:
     """Flush every open client of this process at its end: atexit in a script or torchrun
     rank, the multiprocessing finalizer in a spawned / forked child (which skips atexit).
 
@@ -54,10 +71,13 @@ def _close_all(budget_s: float = EXIT_BUDGET_S) -> None:
     last send would otherwise race the child's `os._exit`.
     """
     reason, error = _exit_reason()
+    extra = None
+    if signum is not None:
+        reason, error, extra = CLOSE_REASON_TERMINATED, None, _signal_facts(signum)
     clients = [c for c in list(_LIVE) if c._pid == os.getpid()]
     # atexit and multiprocessing's own atexit hook both call this: one deadline for both
     deadline = _DEADLINE.setdefault(os.getpid(), time.monotonic() + budget_s)
-    _finish_together(clients, reason, error, deadline)
+    _finish_together(clients, reason, error, deadline, extra)
 
 
 def close_together(clients: list[Exiting], budget_s: float = EXIT_BUDGET_S) -> None:
@@ -69,10 +89,14 @@ def close_together(clients: list[Exiting], budget_s: float = EXIT_BUDGET_S) -> N
 
 
 def _finish_together(
-    clients: list[Exiting], reason: str, error: str | None, deadline: float
+    clients: list[Exiting],
+    reason: str,
+    error: str | None,
+    deadline: float,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     for client in clients:  # every sender is told first, so their last sends overlap
-        client._finish(reason, error, deadline)
+        client._finish(reason, error, deadline, extra)
     for client in clients:
         client._thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -119,3 +143,42 @@ def install_exit_hooks() -> None:
     if os.getpid() not in _HOOKED_PID:  # a forked child starts with an empty registry
         _HOOKED_PID.append(os.getpid())
         multiprocessing.util.Finalize(None, _close_all, exitpriority=100)
+    _chain_signal(signal.SIGTERM)  # once per process (a no-op off the main thread: again later)
+
+
+_PREVIOUS: dict[int, Any] = {}  # signal → the handler ours runs after
+
+
+def _signal_facts(signum: int) -> dict[str, Any]:
+    """The signal's name and, under a torchrun agent with restarts left, `restart: True`
+    (the agent stops its workers this way before it starts them again)."""
+    facts: dict[str, Any] = {"signal": signal.Signals(signum).name}
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    most = os.environ.get("TORCHELASTIC_MAX_RESTARTS", "")
+    if count.isdigit() and most.isdigit() and int(count) < int(most):
+        facts["restart"] = True
+    return facts
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """Send every client's `closed` (reason `terminated`), then do what the process would
+    have done without us: the previous handler, or die of the signal."""
+    _close_all(signum=signum)
+    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _chain_signal(signum: int) -> None:
+    """Put `_on_signal` in front of `signum`'s handler, once, from the main thread only (the
+    only one Python lets set handlers); a process that ignores the signal keeps ignoring it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signum)
+    if current is _on_signal or current == signal.SIG_IGN or current is None:
+        return
+    _PREVIOUS[signum] = current
+    signal.signal(signum, _on_signal)

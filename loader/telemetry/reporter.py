@@ -12,6 +12,7 @@ Standard library only at import (the client is imported by `connect`).
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 from collections.abc import Mapping
@@ -220,6 +221,22 @@ def close_loaders(*loaders: StreamingDataLoader, timeout_s: float | None = None)
     close_together(clients, budget)
 
 
+def process_of(dataset: Any) -> dict[str, Any]:
+    """Which process this is (issue 26): its global rank (torch.distributed's when it is
+    initialised, else the dataset's rank) and, on a DeviceMesh, its coordinate on each dim
+    (`mesh_coordinates`; absent without a mesh). Replicas of one data-parallel rank (its
+    tensor-parallel peers) are so told apart by the collector."""
+    out: dict[str, Any] = {"global_rank": int(dataset.rank)}
+    torch = sys.modules.get("torch")  # imported by the loader already; never imported here
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        out["global_rank"] = int(dist.get_rank())
+    mesh = getattr(dataset, "mesh_coordinates", None)
+    if mesh:
+        out["mesh"] = {str(k): int(v) for k, v in mesh.items()}
+    return out
+
+
 def connect(
     loader: StreamingDataLoader,
     url: str | None,
@@ -235,6 +252,7 @@ def connect(
 
     ds = loader.streaming_dataset
     static = {
+        **process_of(ds),
         "rank": ds.rank,
         "local_rank": ds.world.local_rank,
         "world_size": ds.world_size,

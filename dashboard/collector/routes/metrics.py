@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dashboard.collector.deps import TOKEN_ERRORS, HealthDep, StoreDep, TokenDep
+from dashboard.collector.deps import TOKEN_ERRORS, HealthDep, SettingsDep, StoreDep, TokenDep
 from dashboard.collector.metrics import scrape
 
 router = APIRouter(tags=["metrics"], dependencies=[TokenDep], responses=TOKEN_ERRORS)
@@ -16,6 +16,8 @@ router = APIRouter(tags=["metrics"], dependencies=[TokenDep], responses=TOKEN_ER
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
 )
-def metrics(store: StoreDep, health: HealthDep) -> Response:
-    """Every run's state and its ranks' rates, steps and silence (docs/dashboard.md)."""
-    return Response(scrape(store, health), media_type=CONTENT_TYPE_LATEST)
+def metrics(store: StoreDep, health: HealthDep, settings: SettingsDep) -> Response:
+    """Every run's state and its processes' rates, steps and silence (docs/dashboard.md);
+    a run leaves it `metrics_keep_s` after its last report."""
+    body = scrape(store, health, keep_s=settings.metrics_keep_s)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
