@@ -161,7 +161,7 @@ class MeshGrid:
                     f"(dims {self.names}, data-parallel {self.dp_dims})"
                 )
             size = self.ranks.shape[self.names.index(name)]
-            wanted = [args.integer(f"read_on[{name!r}]", c, 0, size - 1) for c in coords]
+            wanted = [args.integer(f"read_on[{name!r}]", c, 0, size) for c in coords]
             if not wanted:
                 raise ValueError(f"read_on[{name!r}] is empty: name the coordinates that read")
             along = torch.zeros(size, dtype=torch.bool)
