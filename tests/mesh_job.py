@@ -20,10 +20,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
+from loader.trainers.torchtitan import TitanDataLoader
 from loader.world import ENV_AGREE_TIMEOUT
 
 NUM_ROWS, NUM_SPLITS, GLOBAL_BATCH, SAVED_AT = 720, 12, 24, 10  # 30 steps an epoch
 APPENDED = 240  # rows a process appends while the (2, 2) job starts
+# torchtitan: 61 rows a split, 2 a step: 30 full steps an epoch and a short one dropped.
+TITAN_ROWS, TITAN_SAVED_AT, TITAN_STEPS = 735, 35, 45
 
 
 def table(path: Path, start: int, stop: int) -> None:
@@ -60,6 +63,10 @@ def _phases(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     record["refused"] = _refused(job, mesh32)
     record["pp"] = _pipeline(job, stages)
     record["mixture"] = _mixture(job, mesh32)
+    if rank < 4:
+        record["titan_saved"] = _titan(job, mesh22, first4, load=False)
+    dist.barrier()
+    record["titan_resumed"] = _titan(job, mesh32, None, load=True)
     dist.barrier()  # last: the process that stays away leaves its message unanswered
     record["missing"] = _missing(rank, job, mesh32)
     return record
@@ -169,6 +176,35 @@ def _mixture(job: dict[str, Any], mesh: Any) -> dict[str, Any]:
         if len(batches) == 4:
             break
     return {"batches": batches, "dp": mix.rank, "coords": mix.mesh_coordinates}
+
+
+def titan_dataset(uri: str, mesh: Any = None) -> StreamingDataset:
+    return StreamingDataset(
+        uri, columns=["id"], num_splits=NUM_SPLITS, shuffle_seed=11, shuffle_clump_size=4,
+        mesh=mesh, rank=None if mesh is not None else 0, world_size=None if mesh else 1,
+    )  # fmt: skip
+
+
+def titan_step(batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    return {"input": batch["id"]}, batch["id"]
+
+
+def _titan(job: dict[str, Any], mesh: Any, group: Any, load: bool) -> dict[str, Any]:
+    """As torchtitan's trainer: the checkpointer loads "dataloader" by DCP before the one
+    iterator is made; `next` for every step; a DCP save mid-run (here in the second epoch)."""
+    dl = TitanDataLoader(titan_dataset(job["titan"], mesh), GLOBAL_BATCH, to_inputs=titan_step)
+    states = {"dataloader": dl}
+    if load:
+        dcp.load(states, checkpoint_id=job["titan_dcp"])
+    data_iterator = iter(dl)
+    first = TITAN_SAVED_AT if load else 0
+    batches = []
+    for step in range(first, TITAN_STEPS if load else TITAN_SAVED_AT):
+        inputs, _labels = next(data_iterator)
+        batches.append(inputs["input"].tolist())
+        if step + 1 == TITAN_SAVED_AT and not load:
+            dcp.save(states, checkpoint_id=job["titan_dcp"], process_group=group)
+    return {"batches": batches, "dp": dl.loader.streaming_dataset.rank}
 
 
 def _missing(rank: int, job: dict[str, Any], mesh: Any) -> str | None:

@@ -15,8 +15,17 @@ from typing import Any
 import orjson
 import pytest
 
+from loader.trainers.torchtitan import TitanDataLoader
 from tests import mesh_job
-from tests.mesh_job import GLOBAL_BATCH, NUM_ROWS, SAVED_AT
+from tests.mesh_job import (
+    GLOBAL_BATCH,
+    NUM_ROWS,
+    SAVED_AT,
+    TITAN_ROWS,
+    TITAN_STEPS,
+    titan_dataset,
+    titan_step,
+)
 from tests.net import free_port
 from tests.test_distributed import join_or_fail
 
@@ -57,11 +66,14 @@ def test_a_2x2_mesh_job_resumes_on_3x2_and_1x2(tmp_path: Path) -> None:
     mesh_job.table(uri, 0, NUM_ROWS)
     mesh_job.table(tmp_path / "web.lance", 0, NUM_ROWS)
     mesh_job.table(tmp_path / "code.lance", 10_000, 10_000 + NUM_ROWS)
+    mesh_job.table(tmp_path / "titan.lance", 0, TITAN_ROWS)
     job = {
         "uri": str(uri),
         "web": str(tmp_path / "web.lance"),
         "code": str(tmp_path / "code.lance"),
         "dcp": str(tmp_path / "dcp"),
+        "titan": str(tmp_path / "titan.lance"),
+        "titan_dcp": str(tmp_path / "titan_dcp"),
         "out": str(tmp_path),
         "agree_s": AGREE_S,
     }
@@ -111,6 +123,18 @@ def test_a_2x2_mesh_job_resumes_on_3x2_and_1x2(tmp_path: Path) -> None:
     assert [m["coords"] for m in mixed] == [ranks[r]["B"]["coords"] for r in range(6)]
     for batch in check_replicas(mixed, dp_size=3, replicas=2):
         assert sum(i >= 10_000 for i in batch) == GLOBAL_BATCH // 3  # weights 2:1
+
+    # torchtitan's way: saved in the second epoch on (2, 2), resumed on (3, 2): the global
+    # batches of an uninterrupted run on one process, every one of one shape.
+    titan = check_replicas([ranks[r]["titan_saved"] for r in range(4)], dp_size=2, replicas=2)
+    titan += check_replicas([ranks[r]["titan_resumed"] for r in range(6)], dp_size=3, replicas=2)
+    alone = iter(TitanDataLoader(titan_dataset(job["titan"]), GLOBAL_BATCH, to_inputs=titan_step))
+    expected = [sorted(next(alone)[1].tolist()) for _ in range(TITAN_STEPS)]
+    assert titan == expected
+    assert all(len(batch) == GLOBAL_BATCH for batch in expected)
+    epoch_rows = GLOBAL_BATCH * (TITAN_ROWS // GLOBAL_BATCH)  # the short last step dropped
+    first_epoch = [i for batch in expected[: epoch_rows // GLOBAL_BATCH] for i in batch]
+    assert len(set(first_epoch)) == epoch_rows  # and then the next epoch, endless
 
     for r in range(5):
         message = ranks[r]["missing"]
