@@ -139,6 +139,7 @@ def _refused(job: dict[str, Any], mesh: Any) -> dict[str, str]:
             "shuffle_seed": None,
         },
         "rank_not_mesh": {"mesh": mesh, "rank": (dp + 1) % 3},
+        "dp_slice": {"mesh": mesh["dp"]},
     }
     refused = {}
     for name, kw in tries.items():

@@ -110,6 +110,9 @@ def test_a_2x2_mesh_job_resumes_on_3x2_and_1x2(tmp_path: Path) -> None:
         assert p["dp_group"].startswith("version=None agreed over a process_group of 3")
         for message in (p["dp_group_seed"], p["dp_group"]):
             assert "shuffle_seed=<int>" in message and "mesh=<DeviceMesh>" in message
+    for message in (p["dp_slice"] for p in refused):  # world_mesh["dp"]: every slice refuses
+        assert "mesh= has only data-parallel dims ('dp',) and 3 of the job's 6" in message
+        assert "Pass the whole mesh (mesh=world_mesh" in message
     for message in (p["rank_not_mesh"] for p in refused):
         assert "contradicts mesh=" in message and "leave rank out" in message
 
