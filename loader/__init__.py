@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from loader.plan import PlanSpec
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.tools.rows import RunPosition, StepRows, rows_at_step
+    from loader.trainers.torchtitan import TitanDataLoader
     from loader.workers.watchdog import DataWaitTimeout
 
 _EXPORTS = {
@@ -34,6 +35,7 @@ _EXPORTS = {
     "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
+    "TitanDataLoader": "loader.trainers.torchtitan",
     "check_world_size": "loader.layout",
     "derive_packed_fields": "loader.packed_batch",
     "owned_splits": "loader.layout",
@@ -52,6 +54,7 @@ __all__ = [
     "StepRows",
     "StreamingDataLoader",
     "StreamingDataset",
+    "TitanDataLoader",
     "check_world_size",
     "checkpoint",
     "derive_packed_fields",
