@@ -3,6 +3,6 @@ preloads it): that process outlives a SIGTERM sent to the whole job, as its work
 since a worker whose forkserver is gone reads as dead to the main process. It still
 leaves when the main process does (it watches its parent). Never import it elsewhere."""
 
-from loader.workers.preemption import outlive_sigterm
+from loader.workers.preemption import ignore_sigterm
 
-outlive_sigterm()
+ignore_sigterm()
