@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from loader.sources.base import PinnedVersionGoneError, SourceUnreachableError
     from loader.telemetry.reporter import close_loaders
     from loader.tools.rows import RunPosition, StepRows, rows_at_step
+    from loader.trainers.torchtitan import TitanDataLoader
     from loader.workers.watchdog import DataWaitTimeout
 
 _EXPORTS = {
@@ -37,6 +38,7 @@ _EXPORTS = {
     "SourceUnreachableError": "loader.sources.base",
     "StreamingDataLoader": "loader.dataloader",
     "StreamingDataset": "loader.dataset",
+    "TitanDataLoader": "loader.trainers.torchtitan",
     "check_world_size": "loader.layout",
     "close_loaders": "loader.telemetry.reporter",
     "derive_packed_fields": "loader.packed_batch",
@@ -58,6 +60,7 @@ __all__ = [
     "StepRows",
     "StreamingDataLoader",
     "StreamingDataset",
+    "TitanDataLoader",
     "check_world_size",
     "checkpoint",
     "close_loaders",

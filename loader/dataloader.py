@@ -189,6 +189,12 @@ class StreamingDataLoader(DataLoader[Any]):
     that contradicts a dataset already read.
     """
 
+    # Accelerate's `prepare` hands back, untouched, a loader that says it is prepared: this
+    # one already reads only its rank's rows (re-sharding or dispatching them would read
+    # each row on one process only, or hang). Checkpoint it with the documented recipe,
+    # `accelerator.register_for_checkpointing(dl)` (docs/large-models.md).
+    _is_accelerate_prepared = True
+
     def __init__(
         self,
         dataset: Readable,

@@ -79,6 +79,7 @@ def place(
             "agreed over every process of the mesh that builds the dataset"
         )
     grid = MeshGrid.of(mesh, dp_dims, read_on)
+    _refuse_a_slice(grid, version_given and seed_given)
     world = grid.world()
     for name, given, mine in (
         ("rank", rank, world.rank),
@@ -91,6 +92,22 @@ def place(
                 "(the mesh gives it) or pass the mesh's value"
             )
     return Placement(world, MeshAgreement(grid))
+
+
+def _refuse_a_slice(grid: MeshGrid, pinned: bool) -> None:
+    """A mesh of data-parallel dims only, over fewer processes than the job, is most often a
+    slice (`world_mesh["dp"]`): the processes of the other slices, its tensor-parallel
+    peers, would agree on their own version and seed. Every slice refuses alike."""
+    job = dist.get_world_size()
+    if pinned or set(grid.dp_dims) != set(grid.names) or grid.ranks.numel() == job:
+        return
+    raise ValueError(
+        f"mesh= has only data-parallel dims {grid.names} and {grid.ranks.numel()} of the job's "
+        f'{job} processes: if it is a slice such as world_mesh["dp"], the processes of the '
+        "other slices (tensor- or context-parallel peers) would agree on another version and "
+        "seed. Pass the whole mesh (mesh=world_mesh; dp_dims= names its data-parallel dims), "
+        "or pin both: version=<int> and shuffle_seed=<int>, the same on every process"
+    )
 
 
 @dataclass(frozen=True)
@@ -161,7 +178,7 @@ class MeshGrid:
                     f"(dims {self.names}, data-parallel {self.dp_dims})"
                 )
             size = self.ranks.shape[self.names.index(name)]
-            wanted = [args.integer(f"read_on[{name!r}]", c, 0, size - 1) for c in coords]
+            wanted = [args.integer(f"read_on[{name!r}]", c, 0, size) for c in coords]
             if not wanted:
                 raise ValueError(f"read_on[{name!r}] is empty: name the coordinates that read")
             along = torch.zeros(size, dtype=torch.bool)

@@ -282,3 +282,17 @@ def test_collate_fn_applies_to_the_loaders_batches() -> None:
     pickle.loads(pickle.dumps(both.dataset))  # what workers receive
     with pytest.raises(TypeError, match="collate_fn must be a function or None"):
         StreamingDataLoader(ds, batch_size=8, collate_fn="stack")
+
+
+def test_mesh_arguments_are_checked_naming_them(arrow_rows: pa.Table) -> None:
+    """Issue 26: the mesh keywords say what they need (the meshes themselves run in
+    tests/test_mesh.py, on Gloo processes)."""
+    with pytest.raises(ValueError, match=r"dp_dims= names dims of a DeviceMesh: pass mesh="):
+        StreamingDataset(arrow_rows, num_splits=2, dp_dims=("dp",))
+    with pytest.raises(ValueError, match=r"read_on= names dims of a DeviceMesh: pass mesh="):
+        StreamingDataset(arrow_rows, num_splits=2, read_on={"pp": [0]})
+    with pytest.raises(ValueError, match=r"pass mesh= or process_group=, not both"):
+        StreamingDataset(arrow_rows, num_splits=2, mesh="m", process_group=False)
+    with pytest.raises(ValueError, match=r"mesh='m': expected a torch.distributed DeviceMesh"):
+        StreamingDataset(arrow_rows, num_splits=2, mesh="m")
+    assert StreamingDataset(arrow_rows, num_splits=2).mesh_coordinates is None

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from loader.workers.preemption import outlive_sigterm
+
 DUMP_SIGNAL = signal.SIGUSR2
 ANSWER_S = 3.0  # how long a signalled worker gets to write its stacks
 REPORT = "stacks.txt"
@@ -45,6 +47,7 @@ class WorkerStacks:
         self.user_init = user_init
 
     def __call__(self, worker_id: int) -> None:
+        outlive_sigterm()  # before anything can fail: see preemption.py
         with contextlib.suppress(OSError, ValueError, RuntimeError):  # never fail a worker
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             out = open(_worker_file(self.folder, os.getpid()), "w", encoding="utf-8")  # noqa: SIM115

@@ -1,0 +1,1 @@
+"""Adapters for the trainers that drive a loader their own way (torchtitan)."""
