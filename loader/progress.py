@@ -286,6 +286,8 @@ def schedule_state(batching: Batching, world_size: int) -> dict[str, Any]:
         return {}
     first = [0, batching.global_rows(world_size)]
     return {st.KEY_BATCH_SCHEDULE: [first, *([at, g] for at, g in batching.schedule)]}
+
+
 def _batch_units(stream: RankStream, index: int) -> int:
     return sum(stream.cursors_after(index + 1)) - sum(stream.cursors_after(index))
 

@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from loader.plan import PlanSpec
 
-__all__ = ["StepRows", "in_ranges", "open_saved", "plan_spec", "table_rows"]
+__all__ = ["StepRows", "in_ranges", "open_saved", "plan_spec", "skip_ranges", "table_rows"]
 
 Document = tuple[int, int, int]  # (table position, first token, stop token) of a block's piece
 
@@ -66,6 +66,13 @@ def plan_spec(plan: dict[str, Any]) -> PlanSpec:
         int(plan.get("shuffle_seed", 0)),
         int(plan.get("shuffle_clump_size") or 1),
     )
+
+
+def skip_ranges(state: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The [start, stop) ranges a state's run skips: those jumped already (`steps_skipped`)
+    and those still to come (`skips_pending`), which a loader resumed from it skips on any W."""
+    keys = ("steps_skipped", "skips_pending")  # the same keys in a mixture's state
+    return tuple((int(r[0]), int(r[1])) for key in keys for r in state.get(key, []))
 
 
 def in_ranges(step: int, ranges: Any) -> bool:

@@ -30,7 +30,14 @@ from loader.mixture.plan import MixPlan, MixPosition, SourceAt, Weights, parse_w
 from loader.mixture.weights import Phase, saved_phases
 from loader.plan import PlanSpec
 from loader.stream import runs_order_indices
-from loader.tools.rows_base import StepRows, in_ranges, open_saved, plan_spec, table_rows
+from loader.tools.rows_base import (
+    StepRows,
+    in_ranges,
+    open_saved,
+    plan_spec,
+    skip_ranges,
+    table_rows,
+)
 
 __all__ = ["MixRun", "mixture_rows"]
 
@@ -103,7 +110,7 @@ class MixRun:
             specs,
             tuple(p[st.KEY_PLAN].get("filter") for p in parts),
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
-            tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
+            skip_ranges(state),
         )
 
     def at_step(self, step: int) -> MixPosition:
