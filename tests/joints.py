@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
 
@@ -31,6 +32,8 @@ class Job:
     world2: int
     crash: int
     workers: int = 0
+    workers2: int = 0  # after the resume
+    clump: int = 1  # shuffle_clump_size of every dataset
     seq_len: int = 4
     weights: tuple[int, ...] | None = None  # None: one dataset, no mixture
     schedule: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -38,6 +41,7 @@ class Job:
     ramp: tuple[tuple[int, int], ...] = ()  # batch_schedule
     skip: tuple[int, int] | None = None
     redeclare: bool = False  # the resumed mixture declares its weights again (else None)
+    again: bool = False  # the resumed run registers the skipped range again (a no-op)
     telemetry: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -51,7 +55,8 @@ class Job:
         mix += "-set_weights" if self.call else ""
         parts = [self.kind, mix, f"G{self.g}" + ("-ramp" if self.ramp else "")]
         parts += [f"skip{self.skip[0]}-{self.skip[1]}" if self.skip else "noskip"]
-        parts += [f"W{self.world}to{self.world2}at{self.crash}", f"w{self.workers}"]
+        parts += [f"W{self.world}to{self.world2}at{self.crash}", f"w{self.workers}{self.workers2}"]
+        parts += [f"C{self.clump}"] + (["again"] if self.again else [])
         return "-".join(parts + (["telemetry"] if self.telemetry else []))
 
 
@@ -114,7 +119,8 @@ def _job(
         kind, sources, g, world, world2, rng.randint(1, 9), workers,
         seq_len=rng.choice([3, 4, 6]), weights=weights, schedule=schedule, call=call,
         ramp=ramp_steps, skip=jumped, redeclare=call is None and rng.random() < 0.5,
-        telemetry=tel,
+        telemetry=tel, workers2=rng.choice([0, workers]), clump=rng.choice([1, 1, 3]),
+        again=jumped is not None and rng.random() < 0.5,
     )  # fmt: skip
 
 
@@ -139,7 +145,10 @@ def part(job: Job, table: pa.Table, k: int, rank: int = 0, world: int = 1) -> St
     kw: dict[str, Any] = {"rank": rank, "world_size": world}
     if job.kind == "packed":
         kw |= {"columns": ["tokens"], "pack_sequences": job.seq_len, "eos_id": EOS}
-    return StreamingDataset(table, num_splits=job.sources[k][1], shuffle_seed=k + 1, **kw)
+    splits = job.sources[k][1]
+    return StreamingDataset(
+        table, num_splits=splits, shuffle_seed=k + 1, shuffle_clump_size=job.clump, **kw
+    )
 
 
 def dataset(job: Job, tabs: list[pa.Table], rank: int, world: int, resumed: bool) -> Any:
@@ -159,8 +168,8 @@ def loaders(
     telemetry: str | None = None, skip: bool = True,
 ) -> list[StreamingDataLoader]:  # fmt: skip
     """The W ranks' loaders of `job` (drop_last: an epoch's last short step is dropped on
-    every W alike); `skip`: the job's range registered (not again at a resume: the state
-    keeps it)."""
+    every W alike); `skip`: the job's range registered (not at a resume: the state keeps
+    it)."""
     kw: dict[str, Any] = {"drop_last": True, "num_workers": workers}
     if job.ramp:
         kw["batch_schedule"] = [list(p) for p in job.ramp]
@@ -194,8 +203,12 @@ def drive(
     out: Steps = {}
     while dls[0].global_step < until:
         if job.call and not called[0] and dls[0].global_step >= job.call[0]:
-            for dl in dls:
-                dl.set_weights(list(job.call[1]), at_step=job.call[2])
+            if job.call[2] < dls[0].global_step:  # a skip jumped past at_step: refused
+                with pytest.raises(ValueError, match=r"is behind the position"):
+                    dls[0].set_weights(list(job.call[1]), at_step=job.call[2])
+            else:
+                for dl in dls:
+                    dl.set_weights(list(job.call[1]), at_step=job.call[2])
             called[0] = True
         got = []
         for rank, dl in enumerate(dls):
