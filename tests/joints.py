@@ -49,6 +49,17 @@ class Job:
     def mixture(self) -> bool:
         return self.weights is not None
 
+    @property
+    def call_refused(self) -> bool:
+        """Whether the skipped range jumps past the call's at_step (refused: behind). The
+        global_step seen before each batch is 0, 1, ..., start, then stop + 1, ...: the
+        batch after `start` is step `stop`."""
+        if not (self.call and self.skip):
+            return False
+        start, stop = self.skip
+        made = self.call[0] if self.call[0] <= start else max(self.call[0], stop + 1)
+        return self.call[2] < made
+
     def name(self) -> str:
         mix = "single" if not self.mixture else f"mix{len(self.sources)}"
         mix += "-schedule" if self.schedule else ""
