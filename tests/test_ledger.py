@@ -479,3 +479,36 @@ def test_the_ledger_of_any_mixture_run(job: dict[str, Any]) -> None:
             assert found.ranks.tolist() == ranks and found.datasets.tolist() == sources
             t += 1
         step += 1
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_a_range_pending_in_the_state_is_answered_as_skipped(db: Any, mixture: bool) -> None:
+    """Found by tests/test_joints.py (rows, one dataset or a mixture, skip_steps, a state
+    saved before the range): the state holds the range (`skips_pending`) and the run resumed
+    from it skips it, but the ledger answered its steps with rows no rank read. Now they are
+    skipped, and every other step is what the resumed ranks read."""
+    if mixture:
+        loaders = _mixture_loaders(db, 2, 30)
+    else:
+        loaders = [
+            StreamingDataLoader(
+                StreamingDataset(db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=2),
+                global_batch_size=20,
+            )
+            for r in range(2)
+        ]
+    for dl in loaders:
+        dl.skip_steps(4, 6)
+    running = [iter(dl) for dl in loaders]
+    for _ in range(2):
+        for it in running:
+            next(it)
+    state = loaders[0].state_dict()
+    assert state["skips_pending"] == [[4, 6]]
+    run = RunPosition.from_state(state)
+    for t in (4, 5):
+        found = rows_at_step(run, t, id_column="id")
+        assert found.skipped and found.ids == [] and len(found.ranks) == 0, t
+    for global_step in (2, 3, 6, 7):  # the next steps the ranks read
+        ids = [i for it in running for i in next(it)["id"].tolist()]
+        assert rows_at_step(run, global_step, id_column="id").ids == ids, global_step

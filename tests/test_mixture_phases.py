@@ -218,6 +218,20 @@ def test_set_weights_refuses_a_past_or_read_ahead_step_and_bad_input() -> None:
         single.set_weights(B, at_step=3)
 
 
+def test_set_weights_for_a_step_a_skip_jumped_past_says_it_is_behind() -> None:
+    """Found by tests/test_joints.py (rows, mixture of 3, set_weights, skip_steps): a range
+    skipped over at_step made the refusal speak of steps "read ahead" that were handed out
+    (skipped) already, with no read ahead at all. It now says the step is behind."""
+    dl = ranks(1)[0]
+    dl.skip_steps(1, 4)
+    it = iter(dl)
+    next(it)
+    next(it)  # global steps 0 and 4
+    assert dl.global_step == 5
+    with pytest.raises(ValueError, match=r"at_step=2\) is behind the position \(global_step=5\)"):
+        dl.set_weights(B, at_step=2)
+
+
 def test_weights_none_at_a_resume_adopts_a_saved_weight_of_zero() -> None:
     """Issue 24 item 11: `weights=None` adopts the saved weights, a 0 among them (the saved
     epoch rule with them: by size, the first dataset's pass would end the epoch)."""

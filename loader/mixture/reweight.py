@@ -51,6 +51,12 @@ def set_weights(mixture: Any, weights: Sequence[Any], at_step: int) -> None:  # 
             "same arguments"
         )
     late = [r for r, (_, v) in enumerate(said) if v == TOO_LATE]
+    if late and step < progress.global_step:  # handed out already (a skip may jump past it)
+        raise ValueError(
+            f"set_weights(at_step={step}) is behind the position (global_step="
+            f"{progress.global_step}): a past phase never changes; give an at_step at or "
+            f"after {progress.global_step}"
+        )
     if late:
         raise ValueError(
             f"set_weights(at_step={step}): rank(s) {late} already read global steps up to "

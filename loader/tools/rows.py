@@ -14,8 +14,8 @@ Which steps are answerable (the layout is the run's W and G; a resize changes it
   on the state's G (checked: s steps of G rows from the epoch's start must lead to the
   saved cursors; the ranks named are then the state's W's). Steps of earlier epochs need a
   checkpoint (or the plan arguments) of that epoch. A step the state's `steps_skipped`
-  holds (`skip_steps`) is answered as skipped, with no rows; ranges still to skip are not
-  in a state, so later steps are answered as if none were.
+  holds (`skip_steps`), jumped already or pending (`skips_pending`: a resume skips it), is
+  answered as skipped, with no rows; the other steps hold the rows they would without it.
 - from plan arguments, every step of a run that began at the start of `epoch` and ran on
   that W and G throughout.
 """
@@ -40,6 +40,7 @@ from loader.tools.rows_base import (
     in_ranges,
     open_saved,
     plan_spec,
+    skip_ranges,
     table_rows,
 )
 from loader.tools.rows_mix import MixRun, mixture_rows
@@ -123,7 +124,7 @@ class RunPosition:
             int(state.get(st.KEY_GLOBAL_STEP, step)),
             plan.get("filter"),
             dict(state[st.KEY_SOURCE]),
-            steps_skipped=tuple((r[0], r[1]) for r in state.get(st.KEY_STEPS_SKIPPED, [])),
+            steps_skipped=skip_ranges(state),
         )
         if plan.get(st.PLAN_PACK_SEQUENCES) is None:
             return run

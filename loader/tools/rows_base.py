@@ -15,7 +15,15 @@ from loader import state as st
 from loader.plan import PlanSpec
 from loader.stream import Batching
 
-__all__ = ["StepRows", "batching_of_state", "in_ranges", "open_saved", "plan_spec", "table_rows"]
+__all__ = [
+    "StepRows",
+    "batching_of_state",
+    "in_ranges",
+    "open_saved",
+    "plan_spec",
+    "skip_ranges",
+    "table_rows",
+]
 
 Document = tuple[int, int, int]  # (table position, first token, stop token) of a block's piece
 
@@ -77,6 +85,13 @@ def batching_of_state(state: dict[str, Any], drop_last: bool, batch: int) -> Bat
         return Batching(None, drop_last, batch)
     changes = tuple((int(at), int(g)) for at, g in schedule[1:])
     return Batching(None, drop_last, int(schedule[0][1]), changes)
+
+
+def skip_ranges(state: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The [start, stop) ranges a state's run skips: those jumped already (`steps_skipped`)
+    and those still to come (`skips_pending`), which a loader resumed from it skips on any W."""
+    keys = ("steps_skipped", "skips_pending")  # the same keys in a mixture's state
+    return tuple((int(r[0]), int(r[1])) for key in keys for r in state.get(key, []))
 
 
 def in_ranges(step: int, ranges: Any) -> bool:

@@ -137,7 +137,7 @@ class MixRun:
             specs,
             tuple(p[st.KEY_PLAN].get("filter") for p in parts),
             tuple(dict(p[st.KEY_SOURCE]) for p in parts),
-            tuple((r[0], r[1]) for r in state.get(ms.KEY_STEPS_SKIPPED, [])),
+            rows_base.skip_ranges(state),
             packed,
             rows_base.batching_of_state(state, False, state[st.KEY_GLOBAL_BATCH]),
         )
