@@ -4,6 +4,7 @@ loader that trains where the dashboard's dependencies are missing."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,6 +17,8 @@ import loader
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
 REPO = Path(__file__).resolve().parents[1]
+NOT_SOURCE = (".git", ".venv", "build", "dist", "data", "checkpoints", "__pycache__", "*.egg-info",
+              ".hypothesis", ".mypy_cache", ".ruff_cache", "benchmarks")  # fmt: skip
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> str:
@@ -27,12 +30,16 @@ def _run(args: list[str], cwd: Path, **env: str) -> str:
 
 
 def test_the_wheel_installs_and_imports_from_a_clean_folder(tmp_path: Path) -> None:
-    # setuptools builds it in place (no build isolation: nothing to download)
+    # setuptools builds in the source folder (no build isolation: nothing to download), so
+    # it builds a copy, never leaving build/ in the checkout
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     _run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
          "-w", str(tmp_path / "dist"), "-q"],
         tmp_path,
     )  # fmt: skip
+    assert not (REPO / "build").exists()
     [wheel] = (tmp_path / "dist").glob("elastic_loader-*.whl")
     assert wheel.name.startswith(f"elastic_loader-{loader.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()

@@ -1,1 +1,0 @@
-"""One `APIRouter` per resource: health, events (ingest and listing), runs (views)."""

@@ -1,1 +1,0 @@
-"""Mixtures: several datasets at set proportions (MixedDataset), their plan, stream, reader and state."""

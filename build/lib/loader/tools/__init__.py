@@ -1,1 +1,0 @@
-"""The command line and what it prints: plan, inspect, rows (stdlib-light)."""

@@ -1,1 +1,0 @@
-"""DataLoader worker processes: the watchdog, the main-guard check, stack dumps."""
