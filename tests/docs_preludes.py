@@ -96,7 +96,8 @@ def tokens(root: Path) -> Given:
 
 
 def mixture(root: Path) -> Given:
-    """Three datasets (`web_ds`, `code_ds`, `math_ds`) and their tables, token documents."""
+    """Three datasets (`web_ds`, `code_ds`, `math_ds`, and `datasets`: the three) and their
+    tables, token documents."""
     from loader import StreamingDataset
 
     names: dict[str, Any] = {}
@@ -106,7 +107,15 @@ def mixture(root: Path) -> Given:
         names[f"{name}_ds"] = StreamingDataset(
             table, columns=["tokens"], num_splits=splits, shuffle_seed=k + 1
         )
+    names["datasets"] = [names["web_ds"], names["code_ds"], names["math_ds"]]
     return Given(names)
+
+
+def ramp(root: Path) -> Given:
+    """`ds`: 4,096 rows in S = 32 splits (a batch ramp's every G a multiple of 32)."""
+    from loader import StreamingDataset
+
+    return Given({"ds": StreamingDataset(make_rows(0, 4096), num_splits=32, shuffle_seed=5)})
 
 
 def row_table(root: Path) -> Given:
@@ -121,4 +130,5 @@ PRELUDES: dict[str, Callable[[Path], Given]] = {
     "tokens": tokens,
     "mixture": mixture,
     "row_table": row_table,
+    "ramp": ramp,
 }
