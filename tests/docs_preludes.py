@@ -123,6 +123,38 @@ def row_table(root: Path) -> Given:
     return Given({"table": make_rows(0, 64)})
 
 
+def mesh(root: Path) -> Given:
+    """A one-process Gloo job and its (dp=1, tp=1) `world_mesh`; `table` of token documents
+    (`tokens`), `G` = 48 (a multiple of the blocks' 48 splits)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    given = ddp(root)
+    world_mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+    given.names.update(tokens(root).names, world_mesh=world_mesh, mesh=world_mesh, G=48)
+    return given
+
+
+def accelerate(root: Path) -> Given:
+    """An Accelerate `accelerator` on the CPU, a linear `model`, its `optimizer`, a loader
+    `dl` over 600 rows and a `folder` for its state."""
+    import torch
+    from accelerate import Accelerator
+
+    from loader import StreamingDataLoader, StreamingDataset
+
+    model = torch.nn.Linear(4, 2)
+    ds = StreamingDataset(lancedb_table(root), columns=["x", "label"], num_splits=4)
+    return Given(
+        {
+            "accelerator": Accelerator(cpu=True),
+            "model": model,
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+            "dl": StreamingDataLoader(ds, batch_size=8),
+            "folder": str(root / "accelerate-state"),
+        }
+    )
+
+
 PRELUDES: dict[str, Callable[[Path], Given]] = {
     "rows": rows,
     "ddp": ddp,
@@ -131,4 +163,6 @@ PRELUDES: dict[str, Callable[[Path], Given]] = {
     "mixture": mixture,
     "row_table": row_table,
     "ramp": ramp,
+    "mesh": mesh,
+    "accelerate": accelerate,
 }
