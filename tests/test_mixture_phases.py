@@ -283,7 +283,7 @@ def test_the_weights_in_force_and_the_telemetry_layout() -> None:
     run([dl], 2)
     assert mix.weights == [0.2, 0.5, 0.3]
     facts = mix.facts(G)
-    assert facts["weights"] == "1/5,1/2,3/10" and facts["phase_start"] == 2
+    assert facts["weights"] == ["1/5", "1/2", "3/10"] and facts["phase_start"] == 2
     flat = facts["step_segments"]
     assert sum(flat[2::3]) == G and flat[1::3] == sorted(flat[1::3])
     assert [
