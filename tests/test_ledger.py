@@ -196,16 +196,21 @@ def test_the_cli_answers_a_mixture_checkpoint(
     assert "NAME=URI" in capsys.readouterr().err
 
 
-def test_skipped_steps_of_a_dataset_say_so(db: Any) -> None:
-    """A single dataset skipping steps 2 and 3 (W=2): those steps have no rows and no
-    ranks; every other step is what the ranks read."""
-    loaders = [
+def _web_loaders(db: Any) -> list[StreamingDataLoader]:
+    """Two ranks over the "web" table's ids, S = 4, G = 20."""
+    return [
         StreamingDataLoader(
             StreamingDataset(db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=2),
             global_batch_size=20,
         )
         for r in range(2)
     ]
+
+
+def test_skipped_steps_of_a_dataset_say_so(db: Any) -> None:
+    """A single dataset skipping steps 2 and 3 (W=2): those steps have no rows and no
+    ranks; every other step is what the ranks read."""
+    loaders = _web_loaders(db)
     for dl in loaders:
         dl.skip_steps(2, 4)
     got = step_together(loaders, 6)  # global steps 0, 1, 4 ... 7
@@ -490,13 +495,7 @@ def test_a_range_pending_in_the_state_is_answered_as_skipped(db: Any, mixture: b
     if mixture:
         loaders = _mixture_loaders(db, 2, 30)
     else:
-        loaders = [
-            StreamingDataLoader(
-                StreamingDataset(db.open_table("web"), ["id"], num_splits=4, rank=r, world_size=2),
-                global_batch_size=20,
-            )
-            for r in range(2)
-        ]
+        loaders = _web_loaders(db)
     for dl in loaders:
         dl.skip_steps(4, 6)
     running = [iter(dl) for dl in loaders]
