@@ -492,10 +492,7 @@ def test_a_range_pending_in_the_state_is_answered_as_skipped(db: Any, mixture: b
     saved before the range): the state holds the range (`skips_pending`) and the run resumed
     from it skips it, but the ledger answered its steps with rows no rank read. Now they are
     skipped, and every other step is what the resumed ranks read."""
-    if mixture:
-        loaders = _mixture_loaders(db, 2, 30)
-    else:
-        loaders = _web_loaders(db)
+    loaders = _mixture_loaders(db, 2, 30) if mixture else _web_loaders(db)
     for dl in loaders:
         dl.skip_steps(4, 6)
     running = [iter(dl) for dl in loaders]
