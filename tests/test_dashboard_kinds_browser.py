@@ -28,6 +28,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from dashboard.launch import start_dashboard
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from tests.kinds_feed import mixture_run, resized_run
+from tests.net import get_json
 from tests.test_dashboard_browser import ARGS, CHROMIUM, _shot
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
@@ -156,8 +157,13 @@ def test_a_crash_under_torch_multiprocessing_names_the_killed_rank(runs: Runs, p
     assert runs.crash.wait(240) != 0  # `ProcessExitedException: process 1 ... SIGKILL`
     page.goto(runs.url("", "mp-crash"))
     headline = page.get_by_text(re.compile(r"^Crashed: rank 1 died first"))
-    expect(headline).to_be_visible(timeout=LOAD_S)
-    expect(headline).to_contain_text("; ranks 0, 2 terminated after rank 1 died")
+    try:
+        expect(headline).to_be_visible(timeout=LOAD_S)
+        expect(headline).to_contain_text("; ranks 0, 2 terminated after rank 1 died")
+    except AssertionError as e:  # what the collector said, and what each rank sent
+        status = get_json(f"{runs.api_url}/api/runs/mp-crash/status")
+        closed = get_json(f"{runs.api_url}/api/runs/mp-crash/events?kind=closed")["data"]
+        raise AssertionError(f"{e}\nstatus: {status}\nclosed: {closed}") from e
     expect(_row(page, "rank 1")).to_contain_text("crashed")
     for r in (0, 2):
         expect(_row(page, f"rank {r}")).to_contain_text("terminated")
