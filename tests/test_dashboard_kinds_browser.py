@@ -178,29 +178,40 @@ def test_a_crash_under_torch_multiprocessing_names_the_killed_rank(runs: Runs, p
 
 def test_1024_ranks_read_their_counts_and_the_slow_rank(runs: Runs, page: Page) -> None:
     """1,024 ranks over 4,096 splits of 100,000 rows, each rank 20 s at 2,000 rows/s: 10.0 %
-    of the epoch; rank 17 waits for data 60 % of its steps (DDP keeps its rows/s level)."""
-    # Its last reports a few seconds ahead: still running while the pages are read.
+    of the epoch (9.5 % before the last second arrives); rank 17 waits for data 60 % of its
+    steps (DDP keeps its rows/s level)."""
     big = SyntheticRun("big-run", 1024, 4096, 100_000, 20, time.time() - 12, slow_rank=17)
-    post_events(runs.api_url, synthetic_events(big))
+    events = list(synthetic_events(big))
+    last_second = events[-1024:]  # each rank's last report, sent before Placement is read:
+    post_events(runs.api_url, events[:-1024])  # the collector times silence by arrival
     page.goto(runs.url("progress", "big-run"))
     expect(page.get_by_text("Running: 1,024 of 1,024 ranks reporting")).to_be_visible(
         timeout=60_000
     )
     expect(
-        page.get_by_text(
-            "epoch read 10.0% · 40,960,000 of 409,600,000 rows the reporting ranks own"
-        )
+        page.get_by_text("epoch read 9.5% · 38,912,000 of 409,600,000 rows the reporting ranks own")
     ).to_be_visible()
     expect(page.get_by_text("Ranks furthest behind")).to_be_visible()
     expect(page.get_by_text(re.compile(r"^rank \d+: "))).to_have_count(0)  # no 1,024 bars
     page.goto(runs.url("throughput", "big-run"))
     expect(page.get_by_text("Stragglers: rank 17")).to_be_visible(timeout=60_000)
     expect(_row(page, "rank 17")).to_contain_text(re.compile(r"rank 17\s*2,000\s*60%"))
+    post_events(runs.api_url, last_second)
     page.goto(runs.url("", "big-run"))
     expect(page.get_by_text("big-run · S = 4,096 splits · W = 1,024 ranks")).to_be_visible(
         timeout=60_000
     )
     expect(page.get_by_text("ranks 1–16 of 1,024")).to_be_visible()
-    first = page.get_by_test_id("stTable").last.locator("tbody tr").first
+    ranks = page.get_by_test_id("stTable").last
+    first = ranks.locator("tbody tr").first
     expect(first).to_contain_text(re.compile(r"rank 0\s*running.*node0.*0–3\s*1,250\s*10\.0%"))
+    per_node = page.get_by_test_id("stTable").first  # 128 nodes of 8 ranks, none behind
+    expect(per_node.locator("tr", has_text="16–23")).to_contain_text(
+        re.compile(r"node2\s*16–23\s*8 running\s*10\.0–10\.0%\s*—")
+    )
     _shot(page, "kinds-1024.png")
+    find = page.get_by_label("find a rank, host or state")
+    find.fill("17")
+    find.press("Enter")
+    expect(ranks.locator("tbody tr")).to_have_count(1, timeout=LOAD_S)  # rank 17, not 170
+    expect(ranks.locator("tbody tr")).to_contain_text(re.compile(r"rank 17\s*running.*68–71"))
