@@ -134,6 +134,7 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
         st.caption("no rank has reported in this world size yet")
         return
     table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
+    table = nodes.find(table, st.session_state.get("placement-find", ""))
     st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
 
 
@@ -200,8 +201,8 @@ def live() -> None:
     if table.empty:
         st.caption("no rank has reported in this world size yet")
     else:
-        query = st.session_state.get("placement-find", "")
-        st.table(ui.paged(nodes.find(table, query), "placement-page"))
+        found = nodes.find(table, st.session_state.get("placement-find", ""))
+        st.table(ui.paged(found, "placement-page"))
 
 
 def _find_box() -> None:
