@@ -89,3 +89,24 @@ def find(frame: pd.DataFrame, query: str) -> pd.DataFrame:
         return frame[frame.index.astype(str).str.fullmatch(rf"(rank )?{int(query)}")]
     text = frame.astype(str).apply(" ".join, axis=1) + " " + frame.index.astype(str)
     return frame[text.str.contains(query, case=False, regex=False)]
+
+
+SORTS = ("worst first", "rank", "host", "read")
+
+
+def sort_ranks(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """A worst-first ranks table in the order the user picked (`SORTS`): by rank number (the
+    first number of "rank 17" or "dp 0: ranks 0, 1 (tp)"), by host, or least read first."""
+    if by not in SORTS:
+        raise ValueError(f"sort by {by!r}: pick one of {', '.join(SORTS)}")
+    if by == "worst first" or frame.empty:
+        return frame
+    number = frame.index.astype(str).str.extract(r"(\d+)", expand=False).astype(float)
+    keys = pd.DataFrame({"rank": number.to_numpy()}, index=frame.index)
+    if by == "host":
+        keys.insert(0, "host", frame["host"].astype(str))
+    if by == "read":
+        read = frame["read"].astype(str).str.rstrip("%").replace("—", "nan").astype(float)
+        keys.insert(0, "read", read.to_numpy())
+    order = keys.reset_index(drop=True).sort_values(list(keys.columns), na_position="last")
+    return frame.iloc[order.index]

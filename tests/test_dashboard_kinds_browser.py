@@ -167,6 +167,11 @@ def test_a_crash_under_torch_multiprocessing_names_the_killed_rank(runs: Runs, p
     expect(_row(page, "rank 1")).to_contain_text("crashed")
     for r in (0, 2):
         expect(_row(page, f"rank {r}")).to_contain_text("terminated")
+    ranks = page.get_by_test_id("stTable").last.locator("tbody tr")
+    expect(ranks.first).to_contain_text("rank 1")  # worst first: the crashed rank
+    page.get_by_test_id("stRadio").get_by_text("rank", exact=True).click()  # sort by rank
+    expect(ranks.first).to_contain_text("rank 0", timeout=LOAD_S)
+    expect(ranks.last).to_contain_text("rank 2")
     page.goto(runs.url("progress", "mp-crash"))
     expect(page.get_by_text(re.compile(r"^rank 1: [\d.]+% · step 5 · crashed$"))).to_be_visible(
         timeout=LOAD_S

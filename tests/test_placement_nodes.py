@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+import pytest
 
-from dashboard.nodes import find, node_table, rank_spans
+from dashboard.nodes import find, node_table, rank_spans, sort_ranks
 
 PER_SPLIT = 100
 
@@ -49,3 +50,16 @@ def test_find_a_rank_by_number_or_any_text() -> None:
     assert list(find(frame, "CRASHED").index) == ["rank 17"]
     assert list(find(frame, "node2").index) == ["rank 17", "rank 170"]
     assert list(find(frame, "  ").index) == list(frame.index)
+
+
+def test_the_ranks_table_sorts_as_picked() -> None:
+    frame = pd.DataFrame(
+        {"host": ["b", "a", "a"], "read": ["50.0%", "—", "20.0%"]},
+        index=["rank 10", "rank 2", "rank 9"],  # worst first, as the page builds it
+    )
+    assert list(sort_ranks(frame, "worst first").index) == ["rank 10", "rank 2", "rank 9"]
+    assert list(sort_ranks(frame, "rank").index) == ["rank 2", "rank 9", "rank 10"]  # numbers
+    assert list(sort_ranks(frame, "host").index) == ["rank 2", "rank 9", "rank 10"]
+    assert list(sort_ranks(frame, "read").index) == ["rank 9", "rank 10", "rank 2"]  # — last
+    with pytest.raises(ValueError, match="pick one of worst first, rank, host, read"):
+        sort_ranks(frame, "speed")

@@ -202,12 +202,15 @@ def live() -> None:
         st.caption("no rank has reported in this world size yet")
     else:
         found = nodes.find(table, st.session_state.get("placement-find", ""))
+        found = nodes.sort_ranks(found, st.session_state.get("placement-sort", nodes.SORTS[0]))
         st.table(ui.paged(found, "placement-page"))
 
 
 def _find_box() -> None:
     """Outside the refreshing fragment: what is typed survives each refresh."""
-    st.text_input("find a rank, host or state", key="placement-find", placeholder="17, node3")
+    find, order = st.columns([3, 2])
+    find.text_input("find a rank, host or state", key="placement-find", placeholder="17, node3")
+    order.radio("sort ranks by", nodes.SORTS, key="placement-sort", horizontal=True)
 
 
 st.header("Placement")
