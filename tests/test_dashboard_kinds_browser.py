@@ -16,20 +16,19 @@ import re
 import subprocess
 import sys
 import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from dashboard.launch import start_dashboard
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from tests.kinds_feed import mixture_run, resized_run
 from tests.net import get_json
-from tests.test_dashboard_browser import ARGS, CHROMIUM, _shot
+from tests.test_dashboard_browser import _shot, chromium_page, page_url
 
 pytestmark = pytest.mark.slow  # starts other processes (see pyproject's markers)
 
@@ -38,31 +37,33 @@ LOAD_S = 30_000  # ms: the first render of a page on a loaded machine
 
 @dataclass
 class Runs:
+    """The servers, the crash job and what the loaders of each run read."""
+
     ui_url: str
     api_url: str
     crash: subprocess.Popen[bytes]
     facts: dict[str, dict[str, Any]]
 
     def url(self, page: str, run: str) -> str:
-        return f"{self.ui_url}/{page}?run={urllib.parse.quote(run, safe='')}"
+        return page_url(self.ui_url, page, run)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    tmp = tmp_path_factory.mktemp("kinds")
-    with start_dashboard(port=0, ui_port=0, db=str(tmp / "d.db")) as handle:
-        api = handle.api_url
+    folder = tmp_path_factory.mktemp("kinds")
+    with start_dashboard(port=0, ui_port=0, db=str(folder / "kinds.db")) as servers:
+        api = servers.api_url
         crash = subprocess.Popen(  # its three ranks import torch meanwhile
-            [sys.executable, "-m", "tests.mp_crash_job", api, "mp-crash", str(tmp)],
+            [sys.executable, "-m", "tests.mp_crash_job", api, "mp-crash", str(folder)],
             cwd=Path(__file__).parent.parent,
         )
         try:
             facts = {
                 "mixed": mixture_run(api, "mixed", 31, packed=False),
                 "packed-mix": mixture_run(api, "packed-mix", 12, packed=True),
-                "resized": resized_run(api, "resized", tmp),
+                "resized": resized_run(api, "resized", folder),
             }
-            yield Runs(handle.ui_url or "", api, crash, facts)
+            yield Runs(servers.ui_url or "", api, crash, facts)
         finally:
             crash.kill()
             crash.wait(10)
@@ -70,10 +71,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 
 @pytest.fixture(scope="module")
 def page(runs: Runs) -> Iterator[Page]:
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        browser.close()
+    with chromium_page() as opened:
+        yield opened
 
 
 def _row(page: Page, name: str, nth: int = 0) -> Any:
