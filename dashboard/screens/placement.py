@@ -134,8 +134,9 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
         st.caption("no rank has reported in this world size yet")
         return
     table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
-    table = nodes.find(table, st.session_state.get("placement-find", ""))
-    st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
+    query = st.session_state.get("placement-find", "")
+    table = nodes.find(table, query).rename(columns={"splits": "positions of each step"})
+    st.table(ui.paged(table, f"mix-page:{query}"))
 
 
 def _positions(rank: int, world_size: int, rows: int | None) -> str:
@@ -201,9 +202,11 @@ def live() -> None:
     if table.empty:
         st.caption("no rank has reported in this world size yet")
     else:
-        found = nodes.find(table, st.session_state.get("placement-find", ""))
-        found = nodes.sort_ranks(found, st.session_state.get("placement-sort", nodes.SORTS[0]))
-        st.table(ui.paged(found, "placement-page"))
+        query = st.session_state.get("placement-find", "")
+        order = st.session_state.get("placement-sort", nodes.SORTS[0])
+        found = nodes.sort_ranks(nodes.find(table, query), order)
+        # a new search or order starts at page 1 (an old page number may be past the end)
+        st.table(ui.paged(found, f"placement-page:{order}:{query}"))
 
 
 def _find_box() -> None:
