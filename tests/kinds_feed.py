@@ -49,7 +49,7 @@ def mixture_run(api: str, run: str, steps: int, packed: bool) -> dict[str, Any]:
         return MixedDataset({"web": web, "code": code}, [3, 1])
 
     step_together(_loaders(build, 2, 8, api, run), steps)
-    return {"rows": steps * 8, "web": steps * 6, "code": steps * 2}
+    return {"rows": steps * 8, "web": steps * 6, "code": steps * 2}  # 3:1 of G = 8, exact
 
 
 def resized_run(api: str, run: str, folder: Path) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def resized_run(api: str, run: str, folder: Path) -> dict[str, Any]:
     for dl in after:
         dl.load_state_dict(state)
     step_together(after, 10)
-    return {"rows": 360, "total": 998}
+    return {"rows": 12 * (20 + 10), "table_rows": 998}
 
 
 def step_together_keep(ranks: list[StreamingDataLoader], steps: int) -> None:
