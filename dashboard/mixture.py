@@ -35,11 +35,12 @@ def mixture_frame(events: list[dict[str, Any]]) -> pd.DataFrame | None:
     since = _since(supplied, phase[0]["data"])
     window = _since(supplied, (recent[-1] if recent else phase[0])["data"])
     tokens = last.get("tokens_supplied")
+    unit = "blocks" if tokens else "rows"  # packed: the datasets hand out blocks of tokens
     frame = pd.DataFrame(
         {
             "dataset": names,
             "weight": [f"{float(w):.1%}" for w in weights],
-            "rows supplied": [f"{v:,}" for v in supplied],
+            f"{unit} supplied": [f"{v:,}" for v in supplied],
             "passes completed": [str(p) for p in last.get("passes") or [0] * len(names)],
             f"share of the last {WINDOW_STEPS} steps": _shares(window),
             "share since the weights took effect": _shares(since),

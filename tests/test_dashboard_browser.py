@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,12 @@ class Live:
     job_dir: Path
 
     def url(self, page: str, run: str) -> str:
-        return f"{self.ui_url}/{page}?run={urllib.parse.quote(run, safe='')}"
+        return page_url(self.ui_url, page, run)
+
+
+def page_url(ui_url: str, page: str, run: str) -> str:
+    """A shared link: the dashboard's `page` ("" is Placement) opened on `run`."""
+    return f"{ui_url}/{page}?run={urllib.parse.quote(run, safe='')}"
 
 
 @pytest.fixture(scope="module")
@@ -139,12 +145,19 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def page(live: Live) -> Iterator[Page]:
+@contextmanager
+def chromium_page() -> Iterator[Page]:
+    """One headless Chromium and its page, 1,400 x 1,000 (a module's browser)."""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield browser.new_page(viewport={"width": 1400, "height": 1000})
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(live: Live) -> Iterator[Page]:
+    with chromium_page() as opened:
+        yield opened
 
 
 def _shot(page: Page, name: str) -> None:

@@ -130,11 +130,13 @@ def test_the_placement_of_a_mixture_is_the_rows_each_rank_reads(
     """The Placement page of a mixture: per dataset, the positions of its rows in the step
     and which rank reads which, equal to the sources of the rows each rank is handed."""
     ranks = [loader(collector, r, [3, 1], run_id="mix-place") for r in range(2)]
-    first = [batches[0] for batches in step_together(ranks, 1)]  # global step 0
-    url = collector.api_url + "/api/runs/mix-place/placement"
+    first = [next(iter(dl)) for dl in ranks]  # global step 0, the loaders left open: their
+    url = collector.api_url + "/api/runs/mix-place/placement"  # `close` reports step 1
     deadline = time.monotonic() + 30
     while (mixture := _get(url).get("mixture")) is None:
         assert time.monotonic() < deadline, "no mixture placement"
+    for dl in ranks:
+        dl.close()
     assert mixture["global_step"] == 0 and mixture["rows_per_step"] == 8
     assert [(d["name"], d["weight"], d["splits"]) for d in mixture["datasets"]] == [
         ("a", "3/4", 3),
@@ -181,6 +183,21 @@ def test_per_dataset_progress_is_live_and_stays_off_the_timeline(
     timeline = _get(collector.api_url + "/api/runs/mix-live/timeline")["data"]
     assert [i["label"] for i in timeline if i["kind"].startswith("mixture")] == [
         "mixture: a 3/4, b 1/4 at step 0"
+    ]
+
+
+def test_a_mixture_closed_before_its_next_live_report_sends_its_last_one(
+    collector: DashboardHandle,
+) -> None:
+    """Steps faster than `mixture_every_s` (the default 3 heartbeats), then `close()`: the
+    Progress page must read the rows of every step read, not the `for`'s first report."""
+    ranks = [loader(collector, r, [3, 1], run_id="mix-closed") for r in range(2)]
+    for dl in ranks:
+        dl._telemetry.mixture_every_s = float("inf")  # type: ignore[attr-defined]  # none live
+    step_together(ranks, 5)  # closes every loader
+    live = _get(collector.api_url + "/api/runs/mix-closed/events?kind=mixture_progress")["data"]
+    assert [(e["rank"], e["global_step"], e["data"]["supplied"]) for e in live] == [
+        (0, 5, [30, 10])  # 5 steps of 8 rows at 3:1, sent once, by rank 0
     ]
 
 

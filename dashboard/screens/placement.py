@@ -9,11 +9,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, ui
+from dashboard import charts, nodes, ui
 from loader.layout import slice_bounds
 
 # Worst first: silent ranks, then the ones furthest behind.
 ORDER = {"crashed": 0, "stalled": 1, "running": 2, "closed": 3}
+NODES_FROM = 32  # ranks beyond which a per-node table answers "is anyone behind"
 
 
 def shared_table(layout: dict[str, Any]) -> pd.DataFrame:
@@ -45,11 +46,10 @@ def rank_table(
     rows = []
     for r in layout["ranks"]:
         lo, hi = (r["splits"] or [0, 0])[:2]
-        total = (hi - lo) * (r.get("blocks_per_split") or rows_per_split)
-        read = sum(r["cursors"] or [])
+        pct = nodes.read_pct(r, rows_per_split)
         rows.append(
             {
-                "order": (ORDER.get(r["state"], 4), read / total if total else 0, r["rank"]),
+                "order": (ORDER.get(r["state"], 4), pct or 0.0, r["rank"]),
                 "rank": r.get("replicas") or f"rank {r['rank']}",  # "dp 0: ranks 0, 1 (tp)"
                 "state": r["state"],
                 "last seen": ui.ago(r["silent_s"]),
@@ -58,7 +58,7 @@ def rank_table(
                 "workers": r["num_workers"],
                 "splits": reads(r) if reads else _splits(lo, hi, shared),
                 "global step": f"{r['global_step']:,}" if r["global_step"] is not None else "—",
-                "read": f"{100 * read / total:.1f}%" if total else "—",
+                "read": f"{pct:.1f}%" if pct is not None else "—",
                 "rows/s": f"{r['rows_per_s']:,.0f}" if r["state"] == "running" else "—",
             }
         )
@@ -134,7 +134,9 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
         st.caption("no rank has reported in this world size yet")
         return
     table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
-    st.table(ui.paged(table.rename(columns={"splits": "positions of each step"}), "mix-page"))
+    query = st.session_state.get("placement-find", "")
+    table = nodes.find(table, query).rename(columns={"splits": "positions of each step"})
+    st.table(ui.paged(table, f"mix-page:{query}"))
 
 
 def _positions(rank: int, world_size: int, rows: int | None) -> str:
@@ -187,13 +189,33 @@ def live() -> None:
             "step ends inside a split, the next rank reads the rest of it."
         )
         st.table(ui.paged(shared_table(cur), "shared-page"))
+    if len(cur["ranks"]) > NODES_FROM:
+        st.subheader("Nodes")
+        st.caption(
+            "One row per node, nodes with a rank behind first: a rank is behind when it is "
+            f"silent or has read over {nodes.BEHIND_PTS:g} point less than the median rank."
+        )
+        per_node = nodes.node_table(cur["ranks"], placement["rows_per_split"], ui.plain)
+        st.table(ui.paged(per_node, "node-page"))
     st.subheader("Ranks")
     table = rank_table(cur, placement["rows_per_split"])
     if table.empty:
         st.caption("no rank has reported in this world size yet")
     else:
-        st.table(ui.paged(table, "placement-page"))
+        query = st.session_state.get("placement-find", "")
+        order = st.session_state.get("placement-sort", nodes.SORTS[0])
+        found = nodes.sort_ranks(nodes.find(table, query), order)
+        # a new search or order starts at page 1 (an old page number may be past the end)
+        st.table(ui.paged(found, f"placement-page:{order}:{query}"))
+
+
+def _find_box() -> None:
+    """Outside the refreshing fragment: what is typed survives each refresh."""
+    find, order = st.columns([3, 2])
+    find.text_input("find a rank, host or state", key="placement-find", placeholder="17, node3")
+    order.radio("sort ranks by", nodes.SORTS, key="placement-sort", horizontal=True)
 
 
 st.header("Placement")
+_find_box()
 live()

@@ -112,6 +112,7 @@ class TelemetryReporter(Reporter):
         self._live_mixture = loader.streaming_dataset.rank == 0 and _is_mixture(loader)
         self.mixture_every_s = MIXTURE_HEARTBEATS * client.interval_s
         self._mixture_sent = time.monotonic()  # the `for`'s `mixture` event is on its way
+        self._mixture_stale = False  # batches read since the last report
 
     @property
     def client(self) -> TelemetryClient:
@@ -124,13 +125,19 @@ class TelemetryReporter(Reporter):
 
     def on_batch(self, rows: int, wait_s: float) -> None:
         self._client.on_batch(rows, wait_s)
+        self._mixture_stale = True
         if self._live_mixture and time.monotonic() - self._mixture_sent >= self.mixture_every_s:
-            self._mixture_sent = time.monotonic()
-            dl = self._loader()
-            if dl is not None:
-                from loader.readable import tell_mixture
+            self._tell_mixture()
 
-                tell_mixture(self, dl.streaming_dataset, dl.step, dl.global_batch_size, live=True)
+    def _tell_mixture(self) -> None:
+        """Rank 0 of a mixture: its per-dataset progress now (`mixture_progress`)."""
+        self._mixture_sent = time.monotonic()
+        self._mixture_stale = False
+        dl = self._loader()
+        if dl is not None:
+            from loader.readable import tell_mixture
+
+            tell_mixture(self, dl.streaming_dataset, dl.step, dl.global_batch_size, live=True)
 
     def epoch_end(self, epoch: int, step: int, global_step: int) -> None:
         self._event(wire.EPOCH_END, epoch=epoch, step=step, global_step=global_step)
@@ -174,6 +181,10 @@ class TelemetryReporter(Reporter):
         saved_if_mine(self._client, state, path)
 
     def close(self) -> None:
+        # A mixture's last report first: a run shorter than `mixture_every_s` (or its last
+        # steps) would otherwise read as its first report on the Progress page.
+        if self._live_mixture and self._mixture_stale:
+            self._tell_mixture()
         self._client.close()
 
     def _event(self, kind: str, **fields: Any) -> None:
