@@ -41,8 +41,8 @@ from tests import joints
 from tests.joints import BASE, EOS, Job, Steps, drive, loaders, merged, units
 from tests.net import get_json, wait_until
 
-FAST = joints.sample_jobs(seed=2026, count=48)
-SLOW = joints.sample_jobs(seed=7, count=6, workers=2, telemetry=True)
+FAST = joints.sample_jobs(seed=2026, count=64)
+SLOW = joints.sample_jobs(seed=7, count=20, workers=2, telemetry=True)  # every cell
 
 
 def _length(job: Job, tabs: list[pa.Table]) -> int:
@@ -244,11 +244,14 @@ def test_a_batch_ramp_over_a_mixture_is_refused_naming_the_argument() -> None:
 def test_the_sample_covers_the_product() -> None:
     """Every cell of {rows, packed} x {one dataset, mixture, schedule, set_weights} x {skip or
     not} (and the ramp for one dataset), W and W' from 1 to 4, G not a multiple of W."""
-    cells = Counter(
-        (j.kind, j.mixture, bool(j.schedule), bool(j.call), bool(j.ramp), bool(j.skip))
-        for j in FAST
-    )
-    assert len(cells) == 2 * (2 * 2 + 3 * 2)
+    for jobs in (FAST, SLOW):
+        cells = Counter(
+            (j.kind, j.mixture, bool(j.schedule), bool(j.call), bool(j.ramp), bool(j.skip))
+            for j in jobs
+        )
+        assert len(cells) == 2 * (2 * 2 + 3 * 2)
     assert {j.world for j in FAST} == {j.world2 for j in FAST} == {1, 2, 3, 4}
     assert any(j.g % j.world for j in FAST) and any(j.g % j.world2 for j in FAST)
-    assert {j.workers for j in SLOW} == {2} and all(j.telemetry for j in SLOW)
+    assert {j.workers for j in SLOW} == {2} and {j.workers2 for j in SLOW} == {0, 2}
+    assert all(j.telemetry for j in SLOW) and {j.clump for j in FAST} == {1, 3}
+    assert any(j.again for j in FAST)
