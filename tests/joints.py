@@ -176,7 +176,7 @@ def dataset(job: Job, tabs: list[pa.Table], rank: int, world: int, resumed: bool
 
 def loaders(
     job: Job, tabs: list[pa.Table], world: int, *, workers: int = 0, resumed: bool = False,
-    telemetry: str | None = None, skip: bool = True,
+    telemetry: str | None = None, run_id: str | None = None, skip: bool = True,
 ) -> list[StreamingDataLoader]:  # fmt: skip
     """The W ranks' loaders of `job` (drop_last: an epoch's last short step is dropped on
     every W alike); `skip`: the job's range registered (not at a resume: the state keeps
@@ -187,7 +187,7 @@ def loaders(
     if job.call:  # set_weights may not name a step already read ahead
         kw |= {"reads_in_flight": 0, "read_size": 1}  # one batch a read
     if telemetry:
-        kw |= {"telemetry": telemetry, "run_id": job.name()[:100]}
+        kw |= {"telemetry": telemetry, "run_id": run_id or job.name()[:100]}
     out = []
     for rank in range(world):
         dl = StreamingDataLoader(
