@@ -232,3 +232,35 @@ def test_a_path_longer_than_the_collectors_limit_keeps_its_end(
         "data"
     ]
     assert saved["data"]["path"].endswith("deep/step-7.pt") and len(saved["data"]["path"]) == 4096
+
+
+def test_a_batch_ramp_over_shared_splits_reports_the_g_of_its_splits(
+    collector: DashboardHandle,
+) -> None:
+    """Found by tests/test_joints.py (packed, one dataset, batch_schedule, W=2 not dividing
+    S=3, telemetry): once the ramp changed G, `progress` events gave the splits of the new G
+    with the first G, and the collector refused them (422: "splits [0, 2] are not rank 0's
+    [0, 1]"). They now carry the G (and batch size) their splits follow."""
+    loaders = [
+        StreamingDataLoader(
+            StreamingDataset(_rows(60), num_splits=3, shuffle_seed=1, rank=r, world_size=2),
+            global_batch_size=3,
+            batch_schedule=[(2, 6)],
+            telemetry=collector.api_url,
+            run_id="ramp-shared-splits",
+        )
+        for r in range(2)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TelemetryWarning)
+        _read(loaders, 4)  # steps 2 and 3 of G = 6: rank 0 reads splits 0 and 1
+        assert loaders[0].splits == range(0, 2)
+        for dl in loaders:
+            dl.close()  # the last `progress` event: the position at G = 6
+    clients = _clients(loaders)
+    assert not [c.dropped for c in clients if c.dropped]
+    url = f"{collector.api_url}/api/runs/ramp-shared-splits"
+    sent = sum(c.sent for c in clients)
+    wait_until(lambda: get_json(url)["events"] == sent, 30, f"the {sent} events stored")
+    progress = get_json(url + "/progress")
+    assert progress["global_step"] == 4 and progress["owner"] == [0, 0, 1]  # G = 6's splits

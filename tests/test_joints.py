@@ -24,6 +24,7 @@ call comes before reading (a step read ahead is refused by design, docs/mixtures
 from __future__ import annotations
 
 import json
+import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -41,8 +42,8 @@ from tests import joints
 from tests.joints import BASE, EOS, Job, Steps, drive, loaders, merged, units
 from tests.net import get_json, wait_until
 
-FAST = joints.sample_jobs(seed=2026, count=48)
-SLOW = joints.sample_jobs(seed=7, count=6, workers=2, telemetry=True)
+FAST = joints.sample_jobs(seed=2026, count=64)
+SLOW = joints.sample_jobs(seed=7, count=20, workers=2, telemetry=True)  # every cell
 
 
 def _length(job: Job, tabs: list[pa.Table]) -> int:
@@ -156,10 +157,13 @@ def _json(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_job(
-    job: Job, telemetry: str | None = None, ran: list[StreamingDataLoader] | None = None
+    job: Job,
+    telemetry: str | None = None,
+    ran: list[StreamingDataLoader] | None = None,
+    run_id: str | None = None,
 ) -> None:
     """Every property of the module docstring for `job`; `ran` gets the loaders that report
-    to `telemetry` as they are built (so that they are closed whatever happens)."""
+    to `telemetry` (as `run_id`) as they are built, so that they are closed whatever happens."""
     ran = [] if ran is None else ran
     tabs = joints.tables(job)
     until = _length(job, tabs)
@@ -172,13 +176,16 @@ def check_job(
     assert merged(ref) == {t: rows for t, rows in merged(plain).items() if t in ref}
     crash = min(job.crash, until - 1)
     called = [False]
-    first = loaders(job, tabs, job.world, workers=job.workers, telemetry=telemetry)
+    first = loaders(job, tabs, job.world, workers=job.workers, telemetry=telemetry, run_id=run_id)
     ran += first
     epochs: dict[int, int] = {}
     before = drive(job, first, crash, called, epochs)
     state = _json(first[0].state_dict())
     assert all(_json(dl.state_dict()) == state for dl in first)
-    second = loaders(job, tabs, job.world2, workers=job.workers2, resumed=True, telemetry=telemetry)
+    second = loaders(
+        job, tabs, job.world2, workers=job.workers2, resumed=True, telemetry=telemetry,
+        run_id=run_id,
+    )  # fmt: skip
     ran += second
     for dl in second:
         dl.load_state_dict(state)
@@ -211,12 +218,12 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHan
 @pytest.mark.slow
 @pytest.mark.parametrize("job", SLOW, ids=Job.name)
 def test_a_generated_joint_with_workers_and_telemetry(job: Job, collector: DashboardHandle) -> None:
-    stored = get_json(collector.api_url + "/health")["events"]
+    run_id = f"joint-{uuid.uuid4().hex}"  # its own run: its events counted apart
     ran: list[StreamingDataLoader] = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", TelemetryWarning)  # a refusal (422) warns: fail on it
         try:
-            check_job(job, collector.api_url, ran)
+            check_job(job, collector.api_url, ran, run_id)
         finally:  # flushed and stopped: no loader of a failed job reports into the next
             for dl in ran:
                 dl.close()
@@ -225,9 +232,9 @@ def test_a_generated_joint_with_workers_and_telemetry(job: Job, collector: Dashb
     assert not refused, f"events refused or dropped per rank: {refused}"
     sent = sum(c.sent for c in clients)
     wait_until(
-        lambda: get_json(collector.api_url + "/health")["events"] - stored == sent,
+        lambda: get_json(f"{collector.api_url}/api/runs/{run_id}")["events"] == sent,
         30,
-        f"the {sent} events stored",
+        f"the {sent} events of {job.name()} stored",
     )
 
 
@@ -244,11 +251,14 @@ def test_a_batch_ramp_over_a_mixture_is_refused_naming_the_argument() -> None:
 def test_the_sample_covers_the_product() -> None:
     """Every cell of {rows, packed} x {one dataset, mixture, schedule, set_weights} x {skip or
     not} (and the ramp for one dataset), W and W' from 1 to 4, G not a multiple of W."""
-    cells = Counter(
-        (j.kind, j.mixture, bool(j.schedule), bool(j.call), bool(j.ramp), bool(j.skip))
-        for j in FAST
-    )
-    assert len(cells) == 2 * (2 * 2 + 3 * 2)
+    for jobs in (FAST, SLOW):
+        cells = Counter(
+            (j.kind, j.mixture, bool(j.schedule), bool(j.call), bool(j.ramp), bool(j.skip))
+            for j in jobs
+        )
+        assert len(cells) == 2 * (2 * 2 + 3 * 2)
     assert {j.world for j in FAST} == {j.world2 for j in FAST} == {1, 2, 3, 4}
     assert any(j.g % j.world for j in FAST) and any(j.g % j.world2 for j in FAST)
-    assert {j.workers for j in SLOW} == {2} and all(j.telemetry for j in SLOW)
+    assert {j.workers for j in SLOW} == {2} and {j.workers2 for j in SLOW} == {0, 2}
+    assert all(j.telemetry for j in SLOW) and {j.clump for j in FAST} == {1, 3}
+    assert any(j.again for j in FAST)

@@ -99,7 +99,10 @@ STATIC_KEYS = (
 # Fields of `event(kind, **fields)` that describe the position and go to the top level.
 # Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
 # a cursor counts up to this epoch: blocks, not the L documents of `rows_per_split`).
-POSITION_KEYS = ("epoch", "step", "global_step", "splits", "cursors", "tokens", "blocks_per_split")
+POSITION_KEYS = (  # G and the batch size too: a batch_schedule changes them, and the splits
+    "epoch", "step", "global_step", "splits", "cursors", "tokens", "blocks_per_split",
+    "global_batch_size", "batch_size",
+)  # fmt: skip
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loader import wire
-from loader.layout import rank_shares
+from loader.layout import owned_splits, rank_shares, slice_bounds
 
 if TYPE_CHECKING:
     from loader.readable import Readable
@@ -200,22 +200,28 @@ def _is_mixture(loader: StreamingDataLoader) -> bool:
 def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
     """What `progress` events say of a loader's position: epoch, steps, its splits and their
     cursors, and what the units add (packed data: tokens of its part of each split, a
-    shared one in part: `rank_shares`)."""
+    shared one in part: `rank_shares`). The splits follow G, which a batch_schedule
+    changes: the event carries the G (and batch size) they were worked out with, one G
+    read once, so the collector checks them against that G, not the first one."""
     from loader.mixture.dataset import MixedDataset
 
     ds = loader.streaming_dataset
     if isinstance(ds, MixedDataset):  # per dataset, not per split: `mixture` events
         return {"epoch": ds.epoch, "step": loader.step, "global_step": loader.global_step}
-    splits, progress = loader.splits, ds.progress
+    g, progress = loader.global_batch_size, ds.progress
+    splits = owned_splits(ds.rank, ds.world_size, ds.num_splits, g)
     own = progress.cursors[splits.start : splits.stop]
-    shares = rank_shares(ds.rank, ds.world_size, ds.num_splits, loader.global_batch_size)
+    shares = rank_shares(ds.rank, ds.world_size, ds.num_splits, g)
     read = sum(c * n // of for c, (n, of) in zip(own, shares, strict=True))
+    lo, hi = slice_bounds(ds.rank, ds.world_size, g)
     return {
         "epoch": progress.epoch,
         "step": loader.step,
         "global_step": loader.global_step,
         "splits": [splits.start, splits.stop],
         "cursors": list(own),
+        "global_batch_size": g,
+        "batch_size": hi - lo,
         **ds.units.progress_facts(read, progress.epoch),
     }
 
