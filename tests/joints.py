@@ -89,7 +89,7 @@ def sample_jobs(seed: int, count: int, *, workers: int = 0, telemetry: bool = Fa
             ["rows", "packed"], ["single", "mix", "mix-schedule", "mix-set_weights"],
             [False, True], [False, True],
         )
-        if not (ramp and data != "single")  # batch_schedule with a mixture: refused (apart)
+        if not (ramp and data != "single")  # a mixture's ramp: tests/test_batch_schedule.py
     ]  # fmt: skip
     rng.shuffle(cells)
     out = []

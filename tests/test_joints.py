@@ -17,9 +17,10 @@ For every job:
   and the skipped steps (jumped or pending) as skipped;
 - with telemetry, every event the ranks send is accepted (no 422, nothing dropped) and stored.
 
-Refused by design, asserted as such: batch_schedule with a MixedDataset, the ledger of a
-packed mixture, a set_weights at_step that a skip jumped past. With workers a set_weights
-call comes before reading (a step read ahead is refused by design, docs/mixtures.md)."""
+A batch ramp over a mixture is left out of the product (its properties are
+tests/test_batch_schedule.py's); a set_weights at_step that a skip jumped past is refused by
+design and asserted as such. With workers a set_weights call comes before reading (a step
+read ahead is refused by design, docs/mixtures.md)."""
 
 from __future__ import annotations
 
@@ -114,12 +115,11 @@ def _check_ledger(
     on the state's W) handed them out, and the skipped steps as skipped. One dataset's state
     answers the steps of its own epoch and later (README: earlier epochs need their own
     checkpoint); a mixture's every step."""
-    if job.mixture and job.kind == "packed":
-        with pytest.raises(ValueError, match="the ledger answers mixtures of row datasets"):
-            RunPosition.from_state(state)
-        return
-    run = RunPosition.from_state(state, source=None if job.kind == "rows" else tabs[0])
-    texts = None if job.kind == "rows" else tabs[0].column("tokens").to_pylist()
+    source: Any = None  # in-memory tables: the ledger reopens what a state names
+    if job.kind == "packed":
+        source = dict(zip(state["names"], tabs, strict=True)) if job.mixture else tabs[0]
+    run = RunPosition.from_state(state, source=source)
+    texts = None if job.kind == "rows" else [t.column("tokens").to_pylist() for t in tabs]
     for t, got in steps.items():
         if not job.mixture and epochs[t] < state["epoch"]:
             continue
@@ -129,8 +129,10 @@ def _check_ledger(
         if texts is not None:  # packed: each block is its documents' token ranges
             assert found.documents is not None
             blocks = [u for b in got for u in units(b)]
-            for block, pieces in zip(blocks, found.documents, strict=True):
-                assert [tok for p, a, z in pieces for tok in (texts[p] + [EOS])[a:z]] == list(
+            of = found.datasets.tolist() if found.datasets is not None else [0] * len(blocks)
+            for block, pieces, k in zip(blocks, found.documents, of, strict=True):
+                text = texts[k]
+                assert [tok for p, a, z in pieces for tok in (text[p] + [EOS])[a:z]] == list(
                     block
                 ), t
             continue
@@ -238,14 +240,15 @@ def test_a_generated_joint_with_workers_and_telemetry(job: Job, collector: Dashb
     )
 
 
-def test_a_batch_ramp_over_a_mixture_is_refused_naming_the_argument() -> None:
-    """The one cell of the product refused by design (README: batch_schedule is for one
-    dataset): every mixture job of the sample would take it, so it is asserted here."""
+def test_a_batch_ramp_over_a_mixture_follows_its_schedule() -> None:
+    """The cell the product leaves out (a ramp over a mixture; its properties are
+    tests/test_batch_schedule.py's `test_a_mixtures_ramp_is_elastic`): G changes at its step."""
     parts = [StreamingDataset(joints.rows_table(k, 20), num_splits=2) for k in range(2)]
-    with pytest.raises(ValueError, match="batch_schedule with a MixedDataset is not supported"):
-        StreamingDataLoader(
-            MixedDataset(parts, [1, 1]), global_batch_size=4, batch_schedule=[(2, 8)]
-        )
+    dl = StreamingDataLoader(
+        MixedDataset(parts, [1, 1]), global_batch_size=4, batch_schedule=[(2, 8)]
+    )
+    sizes = [len(batch["id"]) for batch, _ in zip(dl, range(4), strict=False)]
+    assert sizes == [4, 4, 8, 8]
 
 
 def test_the_sample_covers_the_product() -> None:
