@@ -15,16 +15,16 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 
 from loader import args, batching
 from loader.dataset import StreamingDataset
 from loader.layout import owned_splits, slice_bounds
 from loader.mixture.dataset import MixedDataset
-from loader.progress import Batching
 from loader.read.prefetch import auto_reads_in_flight, map_ahead
 from loader.readable import Position, Readable, Stream, tell_mixture
 from loader.skips import already_skipped
+from loader.tasks import BatchReads, TaskSampler, as_is, pinned_read
 from loader.telemetry import reporter
 from loader.workers.context import clean_worker_context
 from loader.workers.mainguard import check_main_guard
@@ -40,91 +40,6 @@ from loader.workers.watchdog import (
 __all__ = ["DataWaitTimeout", "StreamingDataLoader"]
 
 _DEFAULT_BATCH = batching.DEFAULT_BATCH
-
-
-def _pinned(batch: Any) -> Any:
-    if isinstance(batch, dict):
-        # tensors, and Ragged columns (which pin their values and offsets)
-        return {k: v.pin_memory() if hasattr(v, "pin_memory") else v for k, v in batch.items()}
-    return batch.pin_memory() if isinstance(batch, torch.Tensor) else batch
-
-
-def _pinned_read(read: Sequence[Any]) -> Sequence[Any]:
-    """A read in pinned memory: its whole columns once (a SlicedRead), else batch by batch."""
-    pin = getattr(read, "pin_memory", None)
-    return pin() if pin is not None else [_pinned(batch) for batch in read]
-
-
-def _as_is(batch: Any) -> Any:
-    """Batches arrive collated from the reader; torch must not collate them again."""
-    return batch
-
-
-class _TaskRead(Sequence[tuple[int, Any]]):
-    """A read's batches as (index in the stream, batch): batches arriving out of order
-    (in_order=False) are recorded as what they are. It pickles and pins as the read it
-    wraps (a SlicedRead's whole columns, once)."""
-
-    def __init__(self, first: int, read: Sequence[Any]) -> None:
-        self.first, self.read = first, read
-
-    def __len__(self) -> int:
-        return len(self.read)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if not 0 <= index < len(self.read):
-            raise IndexError(f"batch {index} of a read of {len(self.read)}")
-        return self.first + index, self.read[index]
-
-    def pin_memory(self) -> _TaskRead:
-        return _TaskRead(self.first, _pinned_read(self.read))
-
-
-class _BatchReads(Dataset[_TaskRead]):
-    """What torch (and its workers) index with tasks: the dataset's own reader, always the
-    one it currently pins, plus the loader's batch_transform."""
-
-    def __init__(
-        self,
-        dataset: Readable,
-        batch_transform: Callable[[Any], Any] | None,
-        sub_reads: int = 1,
-    ) -> None:
-        self.streaming_dataset = dataset
-        self.batch_transform = batch_transform
-        self.sub_reads = sub_reads  # in a worker: each read cut into this many at once
-
-    def __getitem__(self, task: Any) -> _TaskRead:  # a BatchTask, or a mixture's MixTask
-        """The task's batches, each with its index in the stream (so batches that arrive out
-        of order, `in_order=False`, are recorded as what they are)."""
-        reader: Any = self.streaming_dataset.reader  # a mixture's reads MixTasks
-        batches: Sequence[Any] = reader.batches(task, self.sub_reads)
-        if self.batch_transform is not None:
-            batches = [self.batch_transform(batch) for batch in batches]
-        return _TaskRead(task.index, batches)
-
-    def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
-        raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
-
-
-class _TaskSampler(Sampler[Any]):
-    """Yields the tasks of the current stream (main process only). It refers to the
-    progress, not the loader, so a loader is freed as soon as it is dropped."""
-
-    def __init__(self, progress: Position, batching: Batching, batches_per_read: int) -> None:
-        self._progress = progress
-        self._batching = batching
-        self.batches_per_read = batches_per_read
-        self.stream: Stream | None = None
-
-    def __iter__(self) -> Iterator[Any]:
-        assert self.stream is not None, "the loader starts a stream before torch asks for tasks"
-        return batching.pending_tasks(self.stream, self._progress, self.batches_per_read)
-
-    def __len__(self) -> int:
-        return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -246,14 +161,14 @@ class StreamingDataLoader(DataLoader[Any]):
         collate_fn = args.callable_or_none("collate_fn", kwargs.pop("collate_fn", None))
         self._workers_read: Any = None  # what persistent workers were started on
         self._latest_workers: WorkerPids | None = None  # of the latest iteration
-        sampler = _TaskSampler(dataset.progress, self._batching, self.batches_per_read)
-        kwargs["collate_fn"] = _as_is  # the reader collates; a user's collate_fn runs after it
+        sampler = TaskSampler(dataset.progress, self._batching, self.batches_per_read)
+        kwargs["collate_fn"] = as_is  # the reader collates; a user's collate_fn runs after it
         if num_workers > 0 and kwargs.get("multiprocessing_context") is None:
             kwargs["multiprocessing_context"] = clean_worker_context()
         self._stacks = StackDumps()  # where workers write their stacks when a wait times out
         kwargs["worker_init_fn"] = self._stacks.worker_init(kwargs.get("worker_init_fn"))
         super().__init__(
-            _BatchReads(
+            BatchReads(
                 dataset,
                 batching.then(batch_transform, collate_fn),
                 reads_in_flight if num_workers > 0 else 1,
@@ -400,7 +315,7 @@ class StreamingDataLoader(DataLoader[Any]):
             tasks = batching.pending_tasks(stream, self.progress, self.batches_per_read)
             reads = map_ahead(self.dataset.__getitem__, tasks, self.reads_in_flight)
             if self.pin_memory and torch.cuda.is_available():
-                reads = (_pinned_read(read) for read in reads)
+                reads = (pinned_read(read) for read in reads)
         return (pair for read in reads for pair in read)
 
     def _from_workers(self) -> Iterator[Any]:
