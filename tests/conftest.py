@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,12 @@ from tests.tables import lancedb_table, make_rows, parquet_dir
 
 # No per-example deadline: the first example of a kernel test may include JIT compilation,
 # and this 2-core machine is shared. Slowness is measured in benchmarks/, not here.
-settings.register_profile("elastic", deadline=None, print_blob=True)
+# In CI (CI=true) the examples are derandomized: a verdict that depends on which examples a
+# run happens to draw is a defect of the suite; developers' runs keep exploring (and a failure
+# found there is printed with its blob, to be fixed or pinned with @example).
+settings.register_profile(
+    "elastic", deadline=None, print_blob=True, derandomize=os.environ.get("CI") == "true"
+)
 settings.load_profile("elastic")
 
 
