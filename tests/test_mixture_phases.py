@@ -41,20 +41,29 @@ def ranks(world: int, weights: Any = A, g: int = G, **kw: Any) -> list[Streaming
     return out
 
 
-def run(dls: list[StreamingDataLoader], count: int, calls: Any = None) -> list[list[list[int]]]:
+def run(
+    dls: list[StreamingDataLoader], count: int, calls: Any = None, epochs: Any = None
+) -> list[list[list[int]]]:
     """`count` global steps (across epochs): every rank's batch of ids; `calls` maps a
-    global step to set_weights arguments, made on every rank before that step is read."""
+    global step to set_weights arguments, made on every rank before that step is read.
+    Every rank's `for` ends at the same step, never without a batch; `epochs` (a list)
+    gets the steps of each epoch (the last one as far as it was read)."""
     out: list[list[list[int]]] = []
     while len(out) < count:
-        its = [iter(dl) for dl in dls]
+        its, length = [iter(dl) for dl in dls], 0
         while len(out) < count:
             for dl in dls:
                 if calls and dl.global_step in calls:
                     dl.set_weights(*calls[dl.global_step])
-            try:
-                out.append([next(it)["id"].tolist() for it in its])
-            except StopIteration:
+            batches = [next(it, None) for it in its]
+            if all(b is None for b in batches):
                 break
+            assert None not in batches, f"the ranks' epochs end apart at step {len(out)}"
+            out.append([b["id"].tolist() for b in batches if b is not None])
+            length += 1
+        assert length > 0, f"an epoch without a batch at global step {len(out)}"
+        if epochs is not None:
+            epochs.append(length)
     return out
 
 
@@ -192,6 +201,33 @@ def test_set_weights_equals_the_same_schedule_and_resumes_on_any_world_size() ->
             dl.load_state_dict(state)
         calls = {6: (B, 4)}  # calling it again after the resume changes nothing
         assert union(run(resumed, 6, calls=calls)) == scheduled[6:]
+
+
+def test_each_phase_decides_which_passes_end_its_epochs() -> None:
+    """The dataset that ends epochs (here the third, the longest pass at A) drops to weight
+    0: from that phase on the first pass any dataset completes ends the epoch; the epoch
+    ended before the phase stays where it was, and a schedule entry, set_weights called
+    ahead and set_weights called at the step give the same epochs on every W."""
+    drop = [6, 4, 0]
+    alone: list[int] = []
+    run(ranks(1), 30, epochs=alone)
+    assert alone[0] == 23  # 230 rows of pass per unit of the third's share of 10-row steps
+    found = []
+    for world, kw, calls in (
+        (1, {"schedule": [(26, drop)]}, None),
+        (3, {"schedule": [(26, drop)]}, None),
+        (2, {}, {20: (drop, 26)}),
+        (3, {}, {26: (drop, 26)}),
+    ):
+        epochs: list[int] = []
+        steps = union(run(ranks(world, **kw), 60, calls=calls, epochs=epochs))
+        found.append((steps, epochs))
+        assert epochs[0] == 23
+    assert all(f == found[0] for f in found)
+    epochs = found[0][1]
+    # from step 26 any pass ends the epoch: the second dataset's (12 rows left at 4 a step)
+    # in step 28, then the first's (6 rows left) in step 29
+    assert epochs[1:3] == [28 - 23 + 1, 1]
 
 
 def test_set_weights_refuses_a_past_or_read_ahead_step_and_bad_input() -> None:

@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset
@@ -157,15 +157,18 @@ def laid_out(
     """`count` global steps: every rank's ids in layout order (set_weights made on time)."""
     out: list[list[list[int]]] = []
     while len(out) < count:
-        its = [iter(dl) for dl in dls]
+        its, epoch_steps = [iter(dl) for dl in dls], 0
         while len(out) < count:
             if job["call"] and dls[0].global_step == job["call"][0]:
                 for dl in dls:
                     dl.set_weights(job["call"][1], at_step=job["call"][2])
-            try:
-                out.append([next(it)["id"].tolist() for it in its])
-            except StopIteration:
+            batches = [next(it, None) for it in its]
+            if all(b is None for b in batches):
+                assert epoch_steps > 0, f"an epoch without a batch at global step {len(out)}"
                 break
+            assert None not in batches, f"ranks disagree where an epoch ends: {len(out)}"
+            out.append([b["id"].tolist() for b in batches if b is not None])
+            epoch_steps += 1
     return out
 
 
@@ -179,6 +182,10 @@ def phases_of(job: dict[str, Any]) -> list[tuple[int, list[int]]]:
 
 @settings(max_examples=30, deadline=None)
 @given(recipes())
+@example(  # set_weights dropping the dataset that ended epochs once made epochs end early
+    {"sources": [(4, 1), (5, 1), (4, 1)], "weights": [1, 1, 0], "schedule": [],
+     "call": (2, [1, 0, 0], 2), "g": 4, "world": 2, "world2": 1, "crash": 0}
+)  # fmt: skip
 def test_schedules_and_set_weights_exact_on_every_world_size_and_resume(
     job: dict[str, Any],
 ) -> None:

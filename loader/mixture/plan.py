@@ -178,11 +178,6 @@ class MixPlan:
     def weights_at(self, global_step: int) -> Weights:
         return self.phase_at(global_step).weights
 
-    @property
-    def last_weights(self) -> Weights:
-        """The weights of the last phase (the ones in force for ever after it)."""
-        return self._phases[-1].weights
-
     def entering(self, pos: MixPosition) -> MixPosition:
         """`pos` with the phase of its next step: counts from zero when that step begins a
         phase (a schedule's, set_weights', or a resume's new weights)."""
@@ -307,48 +302,69 @@ class MixPlan:
         zeros = np.zeros(self.num_splits[k], dtype=np.int64)
         return Segment(k, at.epoch, zeros, zeros + length, 0, passes * rows, passes)
 
-    @functools.cached_property
-    def _ending(self) -> tuple[list[int], bool]:
-        """The sources whose passes end epochs, and whether all of them must (else any).
-        Decided from the last phase's weights (those in force for ever after), so that
-        `steps_left` and `step` agree on every step: a rule naming a source of weight 0
-        there becomes "the first pass any source completes"."""
+    @functools.cache  # noqa: B019 (a plan is immutable and lives as long as its run)
+    def _ending(self, index: int) -> tuple[tuple[int, ...], bool]:
+        """The sources whose passes end epochs during phase `index`, and whether all of them
+        must (else any). Decided from that phase's weights, so that a later phase (a
+        schedule's, set_weights') never changes where an earlier epoch ended: a rule naming a
+        source of weight 0 there becomes "the first pass any source completes"."""
         count = len(self.num_splits)
-        shares = self.last_weights.shares
+        shares = self._phases[index].weights.shares
         source = rule_source(self.epoch_rule)
         if source is not None:
-            return ([source], False) if shares[source] > 0 else (list(range(count)), False)
+            return ((source,), False) if shares[source] > 0 else (tuple(range(count)), False)
         if self.epoch_rule == ALL_PASSES:
-            return [k for k in range(count) if shares[k] > 0], True
-        return list(range(count)), False
+            return tuple(k for k in range(count) if shares[k] > 0), True
+        return tuple(range(count)), False
 
     def _epoch_done(self, pos: MixPosition) -> bool:
+        """Whether the step that brought the mixture to `pos` ended its epoch (by the rule
+        of that step's phase)."""
         if isinstance(self.epoch_rule, int):
             return pos.step >= self.epoch_rule
-        sources, every = self._ending
+        sources, every = self._ending(phase_index(self._phases, pos.global_step - 1))
         done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in sources]
         return all(done) if every else any(done)
 
     def steps_left(self, pos: MixPosition, global_batch: int) -> int:
-        """Steps until the mixture epoch of `pos` ends (from the counts alone: O(K log T)
-        kernel calls per phase, each O(min(rows, 2 * period)))."""
+        """Steps until the mixture epoch of `pos` ends: phase by phase, the first step after
+        which that phase's rule holds (from the counts alone: O(K log T) kernel calls per
+        phase, each O(min(rows, 2 * period)))."""
         if isinstance(self.epoch_rule, int):
             return max(0, self.epoch_rule - pos.step)
-        sources, every = self._ending
-        ends = []
-        for k in sources:
-            at = pos.sources[k]
-            if at.epoch > pos.epoch_passes[k]:
-                ends.append(0)
-                continue
-            # an empty pass ends in the step in which the source next supplies a row
-            rows = self.left_in_pass(k, at) or 1
-            end = self.steps_to_supply(pos, k, rows, global_batch)
+        completes: dict[int, int | None] = {}  # steps after which source k ends its pass
+
+        def completed(k: int) -> int | None:
+            if k not in completes:
+                at = pos.sources[k]
+                if at.epoch > pos.epoch_passes[k]:
+                    completes[k] = 0
+                else:  # an empty pass ends in the step in which the source next supplies a row
+                    rows = self.left_in_pass(k, at) or 1
+                    completes[k] = self.steps_to_supply(pos, k, rows, global_batch)
+            return completes[k]
+
+        index, begins = phase_index(self._phases, pos.global_step), 0
+        while True:
+            after = self._phases[index + 1].start if index + 1 < len(self._phases) else None
+            stop = None if after is None else after - pos.global_step
+            sources, every = self._ending(index)
+            ends = [completed(k) for k in sources]
+            known = [e for e in ends if e is not None]
+            end = (
+                (max(known) if len(known) == len(ends) else None)
+                if every
+                else min(known, default=None)
+            )
             if end is not None:
-                ends.append(end)
-        if not ends:
-            raise ValueError(f"epoch rule {self.epoch_rule!r}: no dataset ever completes a pass")
-        return max(ends) if every else min(ends)
+                end = max(end, begins + 1) if begins else end  # checked after the phase's steps
+                if stop is None or end <= stop:
+                    return end
+            if stop is None:
+                raise ValueError(
+                    f"epoch rule {self.epoch_rule!r}: no dataset ever completes a pass"
+                )
+            index, begins = index + 1, stop
 
     def steps_to_supply(self, pos: MixPosition, k: int, rows: int, global_batch: int) -> int | None:
         """The fewest steps after which source k has supplied `rows` more rows, phase by
