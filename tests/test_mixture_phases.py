@@ -228,6 +228,15 @@ def test_each_phase_decides_which_passes_end_its_epochs() -> None:
     # from step 26 any pass ends the epoch: the second dataset's (12 rows left at 4 a step)
     # in step 28, then the first's (6 rows left) in step 29
     assert epochs[1:3] == [28 - 23 + 1, 1]
+    first = ranks(2)
+    run(first, 31)  # the first dataset completed a pass in step 29, the epoch goes on
+    state = first[0].state_dict()
+    resumed = ranks(3, weights=drop)  # new weights at the resume: a phase from step 31
+    for dl in resumed:
+        dl.load_state_dict(state)
+    epochs = []
+    run(resumed, 3, epochs=epochs)
+    assert epochs[0] == 1  # the epoch ends with the phase's first step, not before it
 
 
 def test_set_weights_refuses_a_past_or_read_ahead_step_and_bad_input() -> None:

@@ -357,7 +357,7 @@ class MixPlan:
                 else min(known, default=None)
             )
             if end is not None:
-                end = max(end, begins + 1) if begins else end  # checked after the phase's steps
+                end = max(end, begins + 1)  # checked after the phase's own steps
                 if stop is None or end <= stop:
                     return end
             if stop is None:
