@@ -24,18 +24,25 @@ def tables(k: int, rows: int) -> pa.Table:
     return pa.table({"id": [k * BASE + i for i in range(rows)]})
 
 
+def rank_datasets(job: dict[str, Any], rank: int, world: int) -> list[StreamingDataset]:
+    """The job's datasets as rank `rank` of `world` builds them."""
+    return [
+        StreamingDataset(
+            tables(k, rows), num_splits=splits, shuffle_seed=k, rank=rank, world_size=world
+        )
+        for k, (rows, splits) in enumerate(job["sources"])
+    ]
+
+
 def loaders(
     job: dict[str, Any], world: int, g: int, weights: list[int]
 ) -> list[StreamingDataLoader]:
-    out = []
-    for rank in range(world):
-        kw = {"rank": rank, "world_size": world}
-        datasets = [
-            StreamingDataset(tables(k, rows), num_splits=splits, shuffle_seed=k, **kw)
-            for k, (rows, splits) in enumerate(job["sources"])
-        ]
-        out.append(StreamingDataLoader(MixedDataset(datasets, weights), global_batch_size=g))
-    return out
+    return [
+        StreamingDataLoader(
+            MixedDataset(rank_datasets(job, rank, world), weights), global_batch_size=g
+        )
+        for rank in range(world)
+    ]
 
 
 def global_steps(dls: list[StreamingDataLoader], count: int) -> list[list[int]]:
@@ -138,13 +145,9 @@ def recipes(draw: st.DrawFn) -> dict[str, Any]:
 def recipe_loaders(job: dict[str, Any], world: int, resumed: bool) -> list[StreamingDataLoader]:
     out = []
     for rank in range(world):
-        kw = {"rank": rank, "world_size": world}
-        datasets = [
-            StreamingDataset(tables(k, rows), num_splits=splits, shuffle_seed=k, **kw)
-            for k, (rows, splits) in enumerate(job["sources"])
-        ]
         declared = {"weights": None} if resumed else {"schedule": job["schedule"]}
-        mix = MixedDataset(datasets, declared.pop("weights", job["weights"]), **declared)
+        weights = declared.pop("weights", job["weights"])
+        mix = MixedDataset(rank_datasets(job, rank, world), weights, **declared)
         out.append(
             StreamingDataLoader(mix, global_batch_size=job["g"], reads_in_flight=0, read_size=1)
         )

@@ -34,7 +34,6 @@ pure: the same arguments give the same answer on every machine, W and worker cou
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -377,7 +376,7 @@ class MixPlan:
             nxt = self._phases[index + 1].start if index + 1 < len(self._phases) else None
             limit = None if nxt is None else nxt - step
             if weights.shares[k] > 0:
-                found = _steps_in_phase(weights, counts, k, rows, global_batch, limit)
+                found = weights.steps_to_supply(counts, k, rows, global_batch, limit)
                 if found is not None:
                     return total + found
             if limit is None:
@@ -385,40 +384,6 @@ class MixPlan:
             rows -= weights.counts_after(counts, limit * global_batch)[k] - counts[k]
             total, step, index = total + limit, step + limit, index + 1
             counts = (0,) * len(counts)
-
-
-def _steps_in_phase(
-    weights: Weights, counts: tuple[int, ...], k: int, rows: int, g: int, limit: int | None
-) -> int | None:
-    """The fewest steps of one phase after which source k has supplied `rows` more rows
-    (None when more than `limit` steps)."""
-
-    def enough(steps: int) -> bool:
-        return weights.counts_after(counts, steps * g)[k] - counts[k] >= rows
-
-    if rows <= 0:
-        return 0
-    if limit is not None and not enough(limit):
-        return None
-    # every count is within one row of its share: the answer lies in a window of about
-    # 2 / (G * share) + 1 steps, found from the shares alone; the kernel decides inside it
-    share = Fraction(weights.shares[k], weights.period)
-    done = sum(counts)
-    target = rows + counts[k]  # the count source k must reach
-    low = max(0, math.floor((target - 1 - done * share) / (share * g)))
-    high = max(1, math.ceil((target + 1 - done * share) / (share * g)))
-    if limit is not None:
-        high = min(high, limit)
-    while not enough(high):  # (never: the bound holds; kept as a guard)
-        high *= 2
-    low = min(low, high - 1)
-    while low + 1 < high:
-        mid = (low + high) // 2
-        if enough(mid):
-            high = mid
-        else:
-            low = mid
-    return high
 
 
 def _minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -73,6 +73,39 @@ class Weights:
         """The source of each of the next `rows` rows after `counts` (the row sequence)."""
         return _mix_labels(self._array, self.period, np.asarray(counts, dtype=np.int64), rows)
 
+    def steps_to_supply(
+        self, counts: tuple[int, ...], k: int, rows: int, g: int, limit: int | None
+    ) -> int | None:
+        """The fewest steps of G = `g` rows from `counts` after which source k has supplied
+        `rows` more rows (None when more than `limit` steps)."""
+
+        def enough(steps: int) -> bool:
+            return self.counts_after(counts, steps * g)[k] - counts[k] >= rows
+
+        if rows <= 0:
+            return 0
+        if limit is not None and not enough(limit):
+            return None
+        # every count is within one row of its share: the answer lies in a window of about
+        # 2 / (G * share) + 1 steps, found from the shares alone; the kernel decides inside it
+        share = Fraction(self.shares[k], self.period)
+        done = sum(counts)
+        target = rows + counts[k]  # the count source k must reach
+        low = max(0, math.floor((target - 1 - done * share) / (share * g)))
+        high = max(1, math.ceil((target + 1 - done * share) / (share * g)))
+        if limit is not None:
+            high = min(high, limit)
+        while not enough(high):  # (never: the bound holds; kept as a guard)
+            high *= 2
+        low = min(low, high - 1)
+        while low + 1 < high:
+            mid = (low + high) // 2
+            if enough(mid):
+                high = mid
+            else:
+                low = mid
+        return high
+
 
 def by_size(sizes: list[int]) -> list[int]:
     """Weights in proportion to `sizes`, scaled to sum to at most 2**20 (a short period for
