@@ -16,20 +16,12 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from dashboard.palette import KIND_COLOURS, STATE_COLOURS
+
 GRID_COLS = 64
 LABELS_FROM_PX = 18
 TIME_FORMAT = "%H:%M:%S"
 SILENT = ("stalled", "crashed", "terminated")
-# Okabe-Ito, safe for the common colour-vision deficiencies; a state keeps its colour on every
-# page, and crashed (vermillion) is never a green or a blue.
-STATE_COLOURS = {"running": "#009e73", "closed": "#0072b2", "stalled": "#e69f00"}
-STATE_COLOURS |= {"crashed": "#d55e00", "terminated": "#cc79a7", "previous world": "#999999"}
-# The timeline's kinds, each with one colour whichever kinds a run has (a routine epoch end
-# is never the crash's colour).
-KIND_COLOURS = {
-    "checkpoint saved": "#0072b2", "checkpoint loaded": "#56b4e9", "epoch end": "#999999",
-    "mixture": "#cc79a7", "steps skipped": "#f0e442", "crash": "#d55e00", "outage": "#e69f00",
-}  # fmt: skip
 
 
 def _cols(num_cells: int) -> int:
@@ -150,6 +142,52 @@ def placement_grid(
     # default "fit" would squeeze them into these pixels and the grid to a strip).
     size = {"width": cols * cell, "height": rows * cell, "autosize": {"type": "pad"}}
     return alt.LayerChart(layer=layers, title=title).properties(**size)
+
+
+def group_grid(
+    layout: dict[str, Any], members: list[int], marks: dict[int, str | None], title: str
+) -> alt.LayerChart:
+    """One node's (or rank range's) placement, readable at any world size: one row per rank,
+    its splits (and parts of shared ones) along a split axis, coloured by the rank's state or
+    mark (`marks[r]`: crashed, stalled, terminated, behind; else its state), one colour per
+    state on every page. Tooltips: the part read, host, state, share read."""
+    frame = piece_frame(layout)
+    cols = _cols(len(layout["owner"]))
+    frame = frame[frame["rank"].isin(members)].copy()
+    frame["x"] += frame["row"] * cols  # back from the wrapped grid to the split number
+    frame["x2"] += frame["row"] * cols
+    by_rank = {r["rank"]: r for r in layout["ranks"]}
+    frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
+    frame["state"] = [marks.get(r) or by_rank.get(r, {}).get("state", "?") for r in frame["rank"]]
+    lo, hi = (int(frame["x"].min()), int(np.ceil(frame["x2"].max()))) if len(frame) else (0, 1)
+    cell = max(1, min(40, 1000 // max(1, hi - lo)))
+    x_scale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
+    x = alt.X(
+        "x:Q",
+        scale=x_scale,
+        axis=alt.Axis(title="split", format="d", tickMinStep=1, labelFlush=True),
+    )
+    y = alt.Y("rank:O", axis=alt.Axis(title=None, labelExpr="'rank ' + datum.value"))
+    present = [s for s in STATE_COLOURS if s in set(frame["state"])]
+    colour = alt.Color(
+        "state:N",
+        scale=alt.Scale(domain=list(STATE_COLOURS), range=list(STATE_COLOURS.values())),
+        legend=alt.Legend(orient="bottom", title="state", values=present, columns=4),
+    )
+    tooltip = ["split:Q", "rank:Q", "part:N", "host:N", "state:N"]
+    base = alt.Chart(frame).encode(x=x, x2="x2:Q", y=y)
+    rects = base.mark_rect(stroke="white", strokeWidth=1).encode(color=colour, tooltip=tooltip)
+    layers: list[Any] = [rects]
+    if cell >= 26:  # the split's number in its cell where it fits
+        text = alt.Chart(frame).mark_text(fontSize=10, color="black")
+        mid = alt.X("mid:Q", scale=x_scale, axis=None)
+        layers.append(
+            text.transform_calculate(mid="(datum.x + datum.x2) / 2").encode(
+                x=mid, y=y, text="split:Q"
+            )
+        )
+    size = {"width": cell * (hi - lo), "height": alt.Step(20 if len(members) <= 32 else 12)}
+    return alt.LayerChart(layer=layers, title=title).properties(**size, autosize={"type": "pad"})
 
 
 def _stroke(cell: int) -> dict[str, Any]:
