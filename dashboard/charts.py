@@ -160,7 +160,7 @@ def group_grid(
     frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
     frame["state"] = [marks.get(r) or by_rank.get(r, {}).get("state", "?") for r in frame["rank"]]
     lo, hi = (int(frame["x"].min()), int(np.ceil(frame["x2"].max()))) if len(frame) else (0, 1)
-    cell = max(1, min(40, 1000 // max(1, hi - lo)))
+    cell = max(1, min(40, 760 // max(1, hi - lo)))  # the page beside the sidebar, at 1,400 px
     x_scale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
     x = alt.X(
         "x:Q",

@@ -141,11 +141,17 @@ def node_table(ranks: list[dict[str, Any]], rows_per_split: int, host: Any = str
             "states": " · ".join(f"{n:,} {s}" for s, n in sorted(g.states.items())),
             "read min / median / max": " / ".join(f"{p:.1f}%" for p in g.read) if g.read else "—",
         }
-        | {m: ", ".join(g.marked[m]) or "—" for m in MARKS}
+        | {m: _names(g.marked[m]) for m in MARKS}
         for g in found
     ]
     frame = pd.DataFrame(rows)
     return frame.set_index(frame.columns[0]) if rows else frame
+
+
+def _names(ranks: list[str], most: int = 8) -> str:
+    """Up to `most` ranks named, then how many more ("—" for none)."""
+    more = f", and {len(ranks) - most:,} more" if len(ranks) > most else ""
+    return ", ".join(ranks[:most]) + more if ranks else "—"
 
 
 def marked_cells(frame: pd.DataFrame) -> Any:
