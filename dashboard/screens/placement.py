@@ -237,7 +237,9 @@ def _groups(cur: dict[str, Any], per_split: int) -> None:
     what = table.index.name or "node"
     st.subheader(f"{'Nodes' if what == 'node' else 'Rank ranges'}, worst first")
     st.caption(_NODES_SAY)
-    st.table(nodes.marked_cells(table))
+    # 128 nodes scroll in their own box: the drawn node and the ranks stay near the top
+    box = st.container(height=440) if len(table) > 12 else st.container()
+    box.table(nodes.marked_cells(table))
     by_rank = sorted(found, key=lambda g: g.ranks[0])
     options = [g.name for g in by_rank]
     if st.session_state.get("placement-group") not in options:
