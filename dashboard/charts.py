@@ -217,15 +217,28 @@ def progress_grid(progress: dict[str, Any]) -> alt.Chart:
     )
 
 
+HEATMAP_PX = 320  # the side column beside the split grid on a 1,400 px page
+
+
 def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
     """Epoch share read by each rank, one cell per rank (for hundreds of ranks); a lagging
-    rank is a pale cell, a silent one is outlined red."""
+    rank is a pale cell, a silent one is outlined in its state's colour (stalled orange,
+    crashed vermillion, terminated purple). At most `HEATMAP_PX` wide, the legend below it:
+    at 1,024 ranks a legend at the side was cut off at 1,400 px."""
     cols = _cols(len(ranks))
     frame = pd.DataFrame(ranks or [{"rank": 0, "pct": 0.0, "state": "running"}])
     frame["col"] = frame["rank"] % cols
     frame["row"] = frame["rank"] // cols
     frame["share"] = frame["pct"] / 100
-    step = alt.Step(cell_px(len(frame)))
+    cell = max(3, min(cell_px(len(frame)), HEATMAP_PX // cols))
+    silent = [s for s in SILENT if s in set(frame["state"])]
+    outline = alt.Stroke(
+        "state:N",
+        scale=alt.Scale(domain=list(SILENT), range=[STATE_COLOURS[s] for s in SILENT]),
+        legend=alt.Legend(title="outline", values=silent, orient="bottom", direction="horizontal")
+        if silent
+        else None,
+    )
     return (
         alt.Chart(frame, title="epoch read per rank (one cell per rank)")
         .mark_rect(strokeWidth=1.5)
@@ -233,16 +246,22 @@ def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
             color=alt.Color(
-                "share:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"
+                "share:Q",
+                scale=alt.Scale(domain=[0, 1], scheme="blues"),
+                title="read",
+                legend=alt.Legend(
+                    gradientLength=min(200, cols * cell),
+                    format=".0%",
+                    orient="bottom",
+                    direction="horizontal",
+                ),
             ),
             stroke=alt.condition(
-                alt.FieldOneOfPredicate("state", list(SILENT)),
-                alt.value(STATE_COLOURS["crashed"]),
-                alt.value(None),
+                alt.FieldOneOfPredicate("state", list(SILENT)), outline, alt.value(None)
             ),
             tooltip=["rank:Q", "state:N", alt.Tooltip("share:Q", format=".1%"), "global_step:Q"],
         )
-        .properties(width=step, height=step)
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
 
 
