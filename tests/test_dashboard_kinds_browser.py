@@ -295,3 +295,12 @@ def test_1024_ranks_with_stragglers_and_a_crash_name_them_per_node(runs: Runs, p
     _find(page, "crashed")
     expect(page.get_by_text("1 of 1,024 ranks match “crashed”")).to_be_visible(timeout=LOAD_S)
     expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^500\s*crashed"))
+    _find(page, "")
+    expect(page.get_by_text("1,024 of 1,024 ranks · click")).to_be_visible(timeout=LOAD_S)
+    page.get_by_test_id("stRadio").get_by_text("rank", exact=True).click()  # sort by rank
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^0\s*running"), timeout=LOAD_S)
+    expect(_grid_row(page, 1)).to_contain_text(re.compile(r"^1\s*running"))
+    page.get_by_test_id("stRadio").get_by_text("read", exact=True).click()  # least read first
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^500\s*crashed"), timeout=LOAD_S)
+    expect(_grid_row(page, 1)).to_contain_text(re.compile(r"^77\s*running"))
+    expect(_grid_row(page, 3)).to_contain_text(re.compile(r"^301\s*running"))
