@@ -68,6 +68,7 @@ class Group:
     states: dict[str, int]  # state -> how many of its ranks
     read: tuple[float, float, float] | None  # min, median, max % of their splits read
     marked: dict[str, list[str]]  # MARKS -> the ranks in that state ("rank 17 (4.9%)")
+    kind: str = "node"  # or "rank range"
 
     @property
     def worst(self) -> int:
@@ -82,17 +83,18 @@ def mark(rank: dict[str, Any], late: set[int]) -> str | None:
     return "behind" if rank["rank"] in late else None
 
 
-def group_of(ranks: list[dict[str, Any]]) -> dict[int, str]:
-    """Each rank's group: its host when the hosts cut the run into groups of at most
+def group_of(ranks: list[dict[str, Any]]) -> tuple[str, dict[int, str]]:
+    """What groups the ranks ("node" or "rank range") and each rank's group: its host when
+    the hosts cut the run into groups of at most
     `GROUP_MAX` ranks, else fixed ranges of `RANGE` ranks ("ranks 64–95": one host, or
     hosts of more ranks than a row can name)."""
     per_host: dict[str, int] = {}
     for r in ranks:
         per_host[str(r.get("host") or "?")] = per_host.get(str(r.get("host") or "?"), 0) + 1
     if len(per_host) > 1 and max(per_host.values()) <= GROUP_MAX:
-        return {r["rank"]: str(r.get("host") or "?") for r in ranks}
+        return "node", {r["rank"]: str(r.get("host") or "?") for r in ranks}
     top = max((r["rank"] for r in ranks), default=0)
-    return {
+    return "rank range", {
         r["rank"]: f"ranks {lo:,}–{min(lo + RANGE - 1, top):,}"
         for r in ranks
         for lo in [r["rank"] // RANGE * RANGE]
@@ -102,7 +104,7 @@ def group_of(ranks: list[dict[str, Any]]) -> dict[int, str]:
 def groups(ranks: list[dict[str, Any]], rows_per_split: int) -> list[Group]:
     """The aggregated placement, groups with the worst marked rank first (crashed, stalled,
     terminated, behind), then by their first rank. O(W log W + S)."""
-    late, named = behind(ranks, rows_per_split), group_of(ranks)
+    late, (kind, named) = behind(ranks, rows_per_split), group_of(ranks)
     members: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(ranks, key=lambda r: r["rank"]):
         members.setdefault(named[r["rank"]], []).append(r)
@@ -123,7 +125,8 @@ def groups(ranks: list[dict[str, Any]], rows_per_split: int) -> list[Group]:
         pcts = [p for r in its if (p := read_pct(r, rows_per_split)) is not None]
         read = (min(pcts), statistics.median(pcts), max(pcts)) if pcts else None
         ranks_of = [r["rank"] for r in its]
-        out.append(Group(name, ranks_of, rank_spans(list(splits)) or "—", states, read, marked))
+        spans = rank_spans(list(splits)) or "—"
+        out.append(Group(name, ranks_of, spans, states, read, marked, kind))
     return sorted(out, key=lambda g: (g.worst, g.ranks[0]))
 
 
@@ -131,11 +134,14 @@ def node_table(ranks: list[dict[str, Any]], rows_per_split: int, host: Any = str
     """One row per group (`groups`), worst first: its ranks and splits, their states, the
     min / median / max they read, and one column per mark naming the ranks it holds. `host`
     makes a host name safe to show. `marked_cells` colours the named ones."""
-    found = groups(ranks, rows_per_split)
-    by_host = bool(found) and not found[0].name.startswith("ranks ")
+    return group_frame(groups(ranks, rows_per_split), host)
+
+
+def group_frame(found: list[Group], host: Any = str) -> pd.DataFrame:
+    """`node_table` of groups already found."""
     rows = [
         {
-            "node" if by_host else "rank range": host(g.name),
+            g.kind: host(g.name),
             "ranks": rank_spans(g.ranks),
             "splits": g.splits,
             "states": " · ".join(f"{n:,} {s}" for s, n in sorted(g.states.items())),

@@ -211,9 +211,9 @@ def live() -> None:
 
 _NODES_SAY = (
     "One row per node (per range of ranks when the hosts do not group them), the nodes with "
-    "a rank to look at first: each names its ranks that are crashed, stalled, terminated or "
-    f"behind (running, with over {nodes.BEHIND_PTS:g} point less read than the median rank) in that "
-    "state's colour."
+    "a rank to look at first: each names its ranks that are crashed, stalled, terminated "
+    f"or behind (running, with over {nodes.BEHIND_PTS:g} point less read than the median "
+    "rank) in that state's colour."
 )
 
 
@@ -233,7 +233,7 @@ def _grids(cur: dict[str, Any], prev: dict[str, Any] | None, num_splits: int) ->
 def _groups(cur: dict[str, Any], per_split: int) -> None:
     """Beyond `nodes.GROUP_FROM` ranks: one row per node, and one node's ranks drawn."""
     found = nodes.groups(cur["ranks"], per_split)
-    table = nodes.node_table(cur["ranks"], per_split, ui.plain)
+    table = nodes.group_frame(found, ui.plain)
     what = table.index.name or "node"
     st.subheader(f"{'Nodes' if what == 'node' else 'Rank ranges'}, worst first")
     st.caption(_NODES_SAY)
@@ -247,7 +247,8 @@ def _groups(cur: dict[str, Any], per_split: int) -> None:
     pick = st.selectbox(f"the ranks and splits of {what}", options, key="placement-group")
     group = next(g for g in by_rank if g.name == pick)
     late = nodes.behind(cur["ranks"], per_split)
-    marks = {r["rank"]: nodes.mark(r, late) for r in cur["ranks"] if r["rank"] in group.ranks}
+    members = set(group.ranks)
+    marks = {r["rank"]: nodes.mark(r, late) for r in cur["ranks"] if r["rank"] in members}
     title = f"{pick}: ranks {nodes.rank_spans(group.ranks)} · splits {group.splits}"
     ui.show(charts.group_grid(cur, group.ranks, marks, title), fit=False)
 
