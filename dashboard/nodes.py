@@ -85,9 +85,8 @@ def mark(rank: dict[str, Any], late: set[int]) -> str | None:
 
 def group_of(ranks: list[dict[str, Any]]) -> tuple[str, dict[int, str]]:
     """What groups the ranks ("node" or "rank range") and each rank's group: its host when
-    the hosts cut the run into groups of at most
-    `GROUP_MAX` ranks, else fixed ranges of `RANGE` ranks ("ranks 64–95": one host, or
-    hosts of more ranks than a row can name)."""
+    the hosts cut the run into groups of at most `GROUP_MAX` ranks, else fixed ranges of
+    `RANGE` ranks ("ranks 64–95": one host, or hosts of more ranks than a row can name)."""
     per_host: dict[str, int] = {}
     for r in ranks:
         per_host[str(r.get("host") or "?")] = per_host.get(str(r.get("host") or "?"), 0) + 1
