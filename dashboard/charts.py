@@ -16,20 +16,12 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from dashboard.palette import KIND_COLOURS, STATE_COLOURS
+
 GRID_COLS = 64
 LABELS_FROM_PX = 18
 TIME_FORMAT = "%H:%M:%S"
 SILENT = ("stalled", "crashed", "terminated")
-# Okabe-Ito, safe for the common colour-vision deficiencies; a state keeps its colour on every
-# page, and crashed (vermillion) is never a green or a blue.
-STATE_COLOURS = {"running": "#009e73", "closed": "#0072b2", "stalled": "#e69f00"}
-STATE_COLOURS |= {"crashed": "#d55e00", "terminated": "#cc79a7", "previous world": "#999999"}
-# The timeline's kinds, each with one colour whichever kinds a run has (a routine epoch end
-# is never the crash's colour).
-KIND_COLOURS = {
-    "checkpoint saved": "#0072b2", "checkpoint loaded": "#56b4e9", "epoch end": "#999999",
-    "mixture": "#cc79a7", "steps skipped": "#f0e442", "crash": "#d55e00", "outage": "#e69f00",
-}  # fmt: skip
 
 
 def _cols(num_cells: int) -> int:
@@ -152,6 +144,52 @@ def placement_grid(
     return alt.LayerChart(layer=layers, title=title).properties(**size)
 
 
+def group_grid(
+    layout: dict[str, Any], members: list[int], marks: dict[int, str | None], title: str
+) -> alt.LayerChart:
+    """One node's (or rank range's) placement, readable at any world size: one row per rank,
+    its splits (and parts of shared ones) along a split axis, coloured by the rank's state or
+    mark (`marks[r]`: crashed, stalled, terminated, behind; else its state), one colour per
+    state on every page. Tooltips: the part read, host, state, share read."""
+    frame = piece_frame(layout)
+    cols = _cols(len(layout["owner"]))
+    frame = frame[frame["rank"].isin(members)].copy()
+    frame["x"] += frame["row"] * cols  # back from the wrapped grid to the split number
+    frame["x2"] += frame["row"] * cols
+    by_rank = {r["rank"]: r for r in layout["ranks"]}
+    frame["host"] = [by_rank.get(r, {}).get("host", "?") for r in frame["rank"]]
+    frame["state"] = [marks.get(r) or by_rank.get(r, {}).get("state", "?") for r in frame["rank"]]
+    lo, hi = (int(frame["x"].min()), int(np.ceil(frame["x2"].max()))) if len(frame) else (0, 1)
+    cell = max(1, min(40, 760 // max(1, hi - lo)))  # the page beside the sidebar, at 1,400 px
+    x_scale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
+    x = alt.X(
+        "x:Q",
+        scale=x_scale,
+        axis=alt.Axis(title="split", format="d", tickMinStep=1, labelFlush=True),
+    )
+    y = alt.Y("rank:O", axis=alt.Axis(title=None, labelExpr="'rank ' + datum.value"))
+    present = [s for s in STATE_COLOURS if s in set(frame["state"])]
+    colour = alt.Color(
+        "state:N",
+        scale=alt.Scale(domain=list(STATE_COLOURS), range=list(STATE_COLOURS.values())),
+        legend=alt.Legend(orient="bottom", title="state", values=present, columns=4),
+    )
+    tooltip = ["split:Q", "rank:Q", "part:N", "host:N", "state:N"]
+    base = alt.Chart(frame).encode(x=x, x2="x2:Q", y=y)
+    rects = base.mark_rect(stroke="white", strokeWidth=1).encode(color=colour, tooltip=tooltip)
+    layers: list[Any] = [rects]
+    if cell >= 26:  # the split's number in its cell where it fits
+        text = alt.Chart(frame).mark_text(fontSize=10, color="black")
+        mid = alt.X("mid:Q", scale=x_scale, axis=None)
+        layers.append(
+            text.transform_calculate(mid="(datum.x + datum.x2) / 2").encode(
+                x=mid, y=y, text="split:Q"
+            )
+        )
+    size = {"width": cell * (hi - lo), "height": alt.Step(20 if len(members) <= 32 else 12)}
+    return alt.LayerChart(layer=layers, title=title).properties(**size, autosize={"type": "pad"})
+
+
 def _stroke(cell: int) -> dict[str, Any]:
     """White cell borders where cells are big enough to show them (they cost render time)."""
     return {"stroke": "white", "strokeWidth": 0.5} if cell >= 10 else {}
@@ -179,15 +217,28 @@ def progress_grid(progress: dict[str, Any]) -> alt.Chart:
     )
 
 
+HEATMAP_PX = 320  # the side column beside the split grid on a 1,400 px page
+
+
 def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
     """Epoch share read by each rank, one cell per rank (for hundreds of ranks); a lagging
-    rank is a pale cell, a silent one is outlined red."""
+    rank is a pale cell, a silent one is outlined in its state's colour (stalled orange,
+    crashed vermillion, terminated purple). At most `HEATMAP_PX` wide, the legend below it:
+    at 1,024 ranks a legend at the side was cut off at 1,400 px."""
     cols = _cols(len(ranks))
     frame = pd.DataFrame(ranks or [{"rank": 0, "pct": 0.0, "state": "running"}])
     frame["col"] = frame["rank"] % cols
     frame["row"] = frame["rank"] // cols
     frame["share"] = frame["pct"] / 100
-    step = alt.Step(cell_px(len(frame)))
+    cell = max(3, min(cell_px(len(frame)), HEATMAP_PX // cols))
+    silent = [s for s in SILENT if s in set(frame["state"])]
+    outline = alt.Stroke(
+        "state:N",
+        scale=alt.Scale(domain=list(SILENT), range=[STATE_COLOURS[s] for s in SILENT]),
+        legend=alt.Legend(title="outline", values=silent, orient="bottom", direction="horizontal")
+        if silent
+        else None,
+    )
     return (
         alt.Chart(frame, title="epoch read per rank (one cell per rank)")
         .mark_rect(strokeWidth=1.5)
@@ -195,16 +246,22 @@ def rank_heatmap(ranks: list[dict[str, Any]]) -> alt.Chart:
             x=alt.X("col:O", axis=None),
             y=alt.Y("row:O", axis=None),
             color=alt.Color(
-                "share:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="read"
+                "share:Q",
+                scale=alt.Scale(domain=[0, 1], scheme="blues"),
+                title="read",
+                legend=alt.Legend(
+                    gradientLength=min(200, cols * cell),
+                    format=".0%",
+                    orient="bottom",
+                    direction="horizontal",
+                ),
             ),
             stroke=alt.condition(
-                alt.FieldOneOfPredicate("state", list(SILENT)),
-                alt.value(STATE_COLOURS["crashed"]),
-                alt.value(None),
+                alt.FieldOneOfPredicate("state", list(SILENT)), outline, alt.value(None)
             ),
             tooltip=["rank:Q", "state:N", alt.Tooltip("share:Q", format=".1%"), "global_step:Q"],
         )
-        .properties(width=step, height=step)
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
 
 

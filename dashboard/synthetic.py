@@ -40,6 +40,11 @@ class SyntheticRun:
     # G: with G a multiple of S any W <= G works, ranks sharing the splits at their edges
     # (loader.layout); batch_size is then each rank's slice of G
     global_batch_size: int | None = None
+    # ranks that read at half the others' rate (a placement that is behind) and a rank that
+    # stops reporting after `crash_at` seconds without a `closed` (the collector: crashed)
+    behind_ranks: tuple[int, ...] = ()
+    crashed_rank: int | None = None
+    crash_at: int = 0
 
 
 def _batch(run: SyntheticRun, rank: int) -> int:
@@ -104,8 +109,10 @@ def synthetic_events(run: SyntheticRun) -> Iterator[dict[str, Any]]:
     for t in range(1, run.seconds + 1):
         ts = run.start_ts + t
         for r in range(run.world_size):
+            if r == run.crashed_rank and t > run.crash_at:
+                continue  # killed: no report, no `closed`
             # In DDP, collectives equalise rows/s: a slow reader shows as a long data wait.
-            rows = run.rows_per_s
+            rows = run.rows_per_s / (2 if r in run.behind_ranks else 1)
             done[r] += rows
             batches = max(1, int(rows // _batch(run, r)))
             wait = 0.6 if r == run.slow_rank else 0.02
@@ -179,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-split", type=int, default=10_000)
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--slow-rank", type=int, default=None)
+    parser.add_argument("--behind-ranks", type=int, nargs="*", default=[], help="read at half rate")
+    parser.add_argument("--crashed-rank", type=int, default=None, help="silent after 1/4 of it")
     parser.add_argument("--total-epochs", type=int, default=None)
     parser.add_argument("--global-batch", type=int, default=None, help="G (any W <= G)")
     args = parser.parse_args(argv)
@@ -193,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_every=max(1, args.seconds // 3),
         total_epochs=args.total_epochs,
         global_batch_size=args.global_batch,
+        behind_ranks=tuple(args.behind_ranks),
+        crashed_rank=args.crashed_rank,
+        crash_at=args.seconds // 4,
     )
     print(f"posted {post_events(args.url, synthetic_events(run)):,} events to {args.url}")
     return 0

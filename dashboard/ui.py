@@ -149,14 +149,3 @@ def show(
     spec = chart.to_dict(validate=False)
     draw = st.vega_lite_chart if where is None else where.vega_lite_chart
     draw(spec=spec, width="stretch" if fit else "content")
-
-
-def paged(frame: Any, key: str, rows: int = 16) -> Any:
-    """At most `rows` rows of a (worst-first) table, with a page picker when there are more."""
-    pages = max(1, -(-len(frame) // rows))
-    if pages == 1:
-        return frame
-    page = st.number_input(f"page (of {pages:,}, worst first)", 1, pages, 1, key=key)
-    start = (int(page) - 1) * rows
-    st.caption(f"ranks {start + 1:,}–{min(len(frame), start + rows):,} of {len(frame):,}")
-    return frame.iloc[start : start + rows]

@@ -201,22 +201,106 @@ def test_1024_ranks_read_their_counts_and_the_slow_rank(runs: Runs, page: Page) 
     page.goto(runs.url("throughput", "big-run"))
     expect(page.get_by_text("Stragglers: rank 17")).to_be_visible(timeout=60_000)
     expect(_row(page, "rank 17")).to_contain_text(re.compile(r"rank 17\s*2,000\s*60%"))
-    post_events(runs.api_url, last_second)
+    _post_ahead(runs.api_url, last_second)
     page.goto(runs.url("", "big-run"))
     expect(page.get_by_text("big-run · S = 4,096 splits · W = 1,024 ranks")).to_be_visible(
         timeout=60_000
     )
-    expect(page.get_by_text("ranks 1–16 of 1,024")).to_be_visible()
-    ranks = page.get_by_test_id("stTable").last
-    first = ranks.locator("tbody tr").first
-    expect(first).to_contain_text(re.compile(r"rank 0\s*running.*node0.*0–3\s*1,250\s*10\.0%"))
+    expect(page.get_by_text("1,024 of 1,024 ranks · click a column's header")).to_be_visible()
     per_node = page.get_by_test_id("stTable").first  # 128 nodes of 8 ranks, none behind
     expect(per_node.locator("tr", has_text="16–23")).to_contain_text(
-        re.compile(r"node2\s*16–23\s*8 running\s*10\.0–10\.0%\s*—")
+        re.compile(r"node2\s*16–23\s*64–95\s*8 running\s*10\.0% / 10\.0% / 10\.0%(\s*—){4}")
     )
+    first = _grid_row(page, 0)  # worst first: all running, so rank 0
+    expect(first).to_contain_text(re.compile(r"^0\s*running.*node0.*0–3\s*1250\s*10\s*2000"))
     _shot(page, "kinds-1024.png")
+    _find(page, "17")
+    expect(page.get_by_text("1 of 1,024 ranks match “17”")).to_be_visible(timeout=LOAD_S)
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^17\s*running.*68–71"))
+
+
+def _post_ahead(api_url: str, last_second: list[dict[str, Any]]) -> None:
+    """Each rank's last report, stamped a minute ahead: the ranks read running for a minute
+    however long the machine took to get here (the collector times silence by arrival)."""
+    ahead = time.time() + 60 - last_second[-1]["ts"]
+    post_events(api_url, [e | {"ts": e["ts"] + ahead} for e in last_second])
+
+
+def _grid_row(page: Page, n: int) -> Any:
+    """Row `n` of the ranks grid (`st.dataframe`) as its accessible table has it."""
+    return page.get_by_test_id("stDataFrame").last.locator("tbody tr").nth(n)
+
+
+def _find(page: Page, text: str) -> None:
     find = page.get_by_label("find a rank, host or state")
-    find.fill("17")
+    find.fill(text)
     find.press("Enter")
-    expect(ranks.locator("tbody tr")).to_have_count(1, timeout=LOAD_S)  # rank 17, not 170
-    expect(ranks.locator("tbody tr")).to_contain_text(re.compile(r"rank 17\s*running.*68–71"))
+
+
+def test_1024_ranks_with_stragglers_and_a_crash_name_them_per_node(runs: Runs, page: Page) -> None:
+    """1,024 ranks, 8 a node, 4 splits of 100,000 rows each, 40 s at 2,000 rows/s: 20.0 % read;
+    ranks 77, 300 and 301 read at half the rate (10.0 %: behind), rank 500 went silent after
+    5 s (2.5 %, crashed). Placement names them on their nodes, those nodes first, draws one
+    node's ranks, and its ranks table finds and sorts them: no page spinner."""
+    run = SyntheticRun(
+        "big-crash", 1024, 4096, 100_000, 40, time.time() - 41,
+        behind_ranks=(77, 300, 301), crashed_rank=500, crash_at=5,
+    )  # fmt: skip
+    events = list(synthetic_events(run))
+    post_events(runs.api_url, events[:-1023])
+    _post_ahead(runs.api_url, events[-1023:])  # every rank but 500 reports
+    page.goto(runs.url("", "big-crash"))
+    expect(page.get_by_text(re.compile(r"^Crashed: rank 500"))).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Nodes, worst first")).to_be_visible(timeout=LOAD_S)
+    nodes = page.get_by_test_id("stTable").first.locator("tbody tr")
+    expect(nodes).to_have_count(128, timeout=LOAD_S)
+    expect(nodes.nth(0)).to_contain_text(
+        re.compile(
+            r"node62\s*496–503\s*1984–2015\s*1 crashed · 7 running\s*2\.5% / 20\.0% / 20\.0%"
+            r"\s*rank 500 \(2\.5%\)\s*—\s*—\s*—"
+        )
+    )
+    expect(nodes.nth(1)).to_contain_text(
+        re.compile(r"node9\s*72–79\s*288–319.*rank 77 \(10\.0%\)$")
+    )
+    expect(nodes.nth(2)).to_contain_text(
+        re.compile(r"node37\s*296–303.*rank 300 \(10\.0%\), rank 301 \(10\.0%\)$")
+    )
+    expect(nodes.nth(3)).to_contain_text(re.compile(r"node0\s*0–7\s*0–31\s*8 running"))
+    crashed_cell = nodes.nth(0).locator("td", has_text="rank 500")
+    expect(crashed_cell).to_have_css("background-color", "rgb(213, 94, 0)")  # vermillion
+    pick = page.get_by_role("combobox", name="the ranks and splits of node")
+    expect(pick).to_have_count(1)  # the worst node drawn, rank by rank:
+    drawn = page.get_by_test_id("stVegaLiteChart")
+    expect(drawn).to_contain_text("node62: ranks 496–503 · splits 1984–2015", timeout=LOAD_S)
+    expect(drawn).to_contain_text(re.compile(r"rank 496.*rank 500.*rank 503"))
+    expect(drawn).to_contain_text(re.compile(r"split\s*running\s*crashed\s*state"))  # legend
+    expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1)  # one node, not 4,096 cells
+    svg = drawn.locator("canvas, svg.marks").first
+    svg.wait_for(timeout=LOAD_S)
+    box, outer = svg.bounding_box(), drawn.bounding_box()
+    assert box and outer and box["x"] + box["width"] <= min(1400, outer["x"] + outer["width"]) + 1
+    expect(page.get_by_text("1,024 of 1,024 ranks · click a column's header")).to_be_visible()
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^500\s*crashed.*node62.*2000–2003"))
+    expect(page.get_by_test_id("stNumberInput")).to_have_count(0)  # no page spinner
+    _shot(page, "kinds-1024-crash.png")
+    pick.click()
+    page.keyboard.type("node37")  # the select box filters its 128 nodes as one types
+    page.get_by_role("option", name="node37", exact=True).click()
+    expect(drawn).to_contain_text("node37: ranks 296–303 · splits 1184–1215", timeout=LOAD_S)
+    expect(drawn).to_contain_text(re.compile(r"split\s*running\s*behind\s*state"))
+    _find(page, "300")
+    expect(page.get_by_text("1 of 1,024 ranks match “300”")).to_be_visible(timeout=LOAD_S)
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^300\s*running.*node37.*1200–1203"))
+    _find(page, "crashed")
+    expect(page.get_by_text("1 of 1,024 ranks match “crashed”")).to_be_visible(timeout=LOAD_S)
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^500\s*crashed"))
+    _find(page, "")
+    expect(page.get_by_text("1,024 of 1,024 ranks · click")).to_be_visible(timeout=LOAD_S)
+    page.get_by_test_id("stRadio").get_by_text("rank", exact=True).click()  # sort by rank
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^0\s*running"), timeout=LOAD_S)
+    expect(_grid_row(page, 1)).to_contain_text(re.compile(r"^1\s*running"))
+    page.get_by_test_id("stRadio").get_by_text("read", exact=True).click()  # least read first
+    expect(_grid_row(page, 0)).to_contain_text(re.compile(r"^500\s*crashed"), timeout=LOAD_S)
+    expect(_grid_row(page, 1)).to_contain_text(re.compile(r"^77\s*running"))
+    expect(_grid_row(page, 3)).to_contain_text(re.compile(r"^301\s*running"))

@@ -59,3 +59,21 @@ def test_a_rank_keeps_its_colour_across_a_resize() -> None:
         return {"world_size": world, "owner": owner, "shared": [], "ranks": ranks}
 
     assert _rank_scale(layout(4), 4) == _rank_scale(layout(3), 4) == [0, 3]
+
+
+def test_the_rank_heatmap_outlines_each_silent_state_in_its_colour_and_fits_its_column() -> None:
+    """1,024 ranks: a stalled rank outlined orange (not crashed's vermillion), the legends
+    below the cells and the cells within the side column (a legend beside them was cut off
+    at 1,400 px)."""
+    ranks = [{"rank": r, "pct": 10.0, "state": "running", "global_step": 5} for r in range(1024)]
+    ranks[3]["state"], ranks[9]["state"] = "stalled", "crashed"
+    spec = charts.rank_heatmap(ranks).to_dict()
+    stroke = spec["encoding"]["stroke"]["condition"]
+    colours = dict(zip(stroke["scale"]["domain"], stroke["scale"]["range"], strict=True))
+    assert colours["stalled"] == charts.STATE_COLOURS["stalled"] != colours["crashed"]
+    assert colours["crashed"] == charts.STATE_COLOURS["crashed"]
+    assert stroke["legend"]["values"] == ["stalled", "crashed"]
+    assert spec["encoding"]["color"]["legend"]["orient"] == "bottom"
+    assert stroke["legend"]["orient"] == "bottom"
+    cols = 64  # 1,024 ranks: 64 columns of 16 rows
+    assert cols * spec["width"]["step"] <= charts.HEATMAP_PX

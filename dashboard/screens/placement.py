@@ -15,6 +15,7 @@ from loader.layout import slice_bounds
 # Worst first: silent ranks, then the ones furthest behind.
 ORDER = {"crashed": 0, "stalled": 1, "running": 2, "closed": 3}
 NODES_FROM = 32  # ranks beyond which a per-node table answers "is anyone behind"
+# beyond nodes.GROUP_FROM ranks: per node rows and one node drawn instead of the split grid
 
 
 def shared_table(layout: dict[str, Any]) -> pd.DataFrame:
@@ -136,7 +137,7 @@ def _mixture(run_id: str, placement: dict[str, Any]) -> None:
     table = table.drop(columns="read")  # a split's share: the Progress table has the datasets'
     query = st.session_state.get("placement-find", "")
     table = nodes.find(table, query).rename(columns={"splits": "positions of each step"})
-    st.table(ui.paged(table, f"mix-page:{query}"))
+    _table(table)
 
 
 def _positions(rank: int, world_size: int, rows: int | None) -> str:
@@ -162,17 +163,62 @@ def live() -> None:
     if placement.get("mixture"):
         _mixture(placement["run_id"], placement)
         return
-    st.caption(
-        "Each cell is a split, coloured by the rank (GPU) that reads it; a split two ranks "
-        "share is cut into their parts (and marked * in the ranks table); dark cells belong to "
-        "a rank that stopped reporting. Hover for the part read, host, GPU, workers and state."
-    )
     cur, prev = placement["current"], placement["previous"]
-    num_splits = placement["num_splits"]
+    num_splits, per_split = placement["num_splits"], placement["rows_per_split"]
+    big = len(cur["ranks"]) > nodes.GROUP_FROM
+    if not big:
+        st.caption(
+            "Each cell is a split, coloured by the rank (GPU) that reads it; a split two ranks "
+            "share is cut into their parts (and marked * in the ranks table); dark cells "
+            "belong to a rank that stopped reporting. Hover for the part read, host, GPU, "
+            "workers and state."
+        )
     st.text(
         f"{run_id} · S = {num_splits:,} splits · W = {cur['world_size']:,} ranks · "
         + _world_sizes(placement)
+        + (f" · before resume: W = {prev['world_size']:,}" if big and prev else "")
     )
+    if big:
+        _groups(cur, per_split)
+    else:
+        _grids(cur, prev, num_splits)
+    if cur["shared"]:
+        st.subheader("Shared splits")
+        st.caption(
+            "Each global step takes G/S rows of every split; where a rank's slice of the "
+            "step ends inside a split, the next rank reads the rest of it."
+        )
+        _table(shared_table(cur))
+    if NODES_FROM < len(cur["ranks"]) <= nodes.GROUP_FROM:
+        st.subheader("Nodes")
+        st.caption(_NODES_SAY)
+        st.table(nodes.marked_cells(nodes.node_table(cur["ranks"], per_split, ui.plain)))
+    st.subheader("Ranks")
+    table = rank_table(cur, per_split)
+    if table.empty:
+        st.caption("no rank has reported in this world size yet")
+        return
+    query = st.session_state.get("placement-find", "")
+    order = st.session_state.get("placement-sort", nodes.SORTS[0])
+    found = nodes.sort_ranks(nodes.find(table, query), order)
+    shown = f"{len(found):,} of {len(table):,} ranks" + (f" match “{query}”" if query else "")
+    st.caption(shown + (" · click a column's header to sort by it" if big else ""))
+    if big:
+        _sortable(found)
+    else:
+        st.table(found)
+
+
+_NODES_SAY = (
+    "One row per node (per range of ranks when the hosts do not group them), the nodes with "
+    "a rank to look at first: each names its ranks that are crashed, stalled, terminated "
+    f"or behind (running, with over {nodes.BEHIND_PTS:g} point less read than the median "
+    "rank) in that state's colour."
+)
+
+
+def _grids(cur: dict[str, Any], prev: dict[str, Any] | None, num_splits: int) -> None:
+    """Up to `nodes.GROUP_FROM` ranks: every split, coloured by its rank (before and now)."""
     ranks = max(cur["world_size"], prev["world_size"] if prev else 0)  # one colour per rank
     now = charts.placement_grid(cur, num_splits, f"now: W = {cur['world_size']:,}", ranks)
     if prev:
@@ -182,31 +228,51 @@ def live() -> None:
         ui.show(now, after_col, fit=False)
     else:
         ui.show(now, fit=False)
-    if cur["shared"]:
-        st.subheader("Shared splits")
-        st.caption(
-            "Each global step takes G/S rows of every split; where a rank's slice of the "
-            "step ends inside a split, the next rank reads the rest of it."
-        )
-        st.table(ui.paged(shared_table(cur), "shared-page"))
-    if len(cur["ranks"]) > NODES_FROM:
-        st.subheader("Nodes")
-        st.caption(
-            "One row per node, nodes with a rank behind first: a rank is behind when it is "
-            f"silent or has read over {nodes.BEHIND_PTS:g} point less than the median rank."
-        )
-        per_node = nodes.node_table(cur["ranks"], placement["rows_per_split"], ui.plain)
-        st.table(ui.paged(per_node, "node-page"))
-    st.subheader("Ranks")
-    table = rank_table(cur, placement["rows_per_split"])
-    if table.empty:
-        st.caption("no rank has reported in this world size yet")
+
+
+def _groups(cur: dict[str, Any], per_split: int) -> None:
+    """Beyond `nodes.GROUP_FROM` ranks: one row per node, and one node's ranks drawn."""
+    found = nodes.groups(cur["ranks"], per_split)
+    table = nodes.group_frame(found, ui.plain)
+    what = table.index.name or "node"
+    st.subheader(f"{'Nodes' if what == 'node' else 'Rank ranges'}, worst first")
+    st.caption(_NODES_SAY)
+    # 128 nodes scroll in their own box: the drawn node and the ranks stay near the top
+    box = st.container(height=440) if len(table) > 12 else st.container()
+    box.table(nodes.marked_cells(table))
+    by_rank = sorted(found, key=lambda g: g.ranks[0])
+    options = [g.name for g in by_rank]
+    if st.session_state.get("placement-group") not in options:
+        st.session_state["placement-group"] = found[0].name  # the worst node
+    pick = st.selectbox(f"the ranks and splits of {what}", options, key="placement-group")
+    group = next(g for g in by_rank if g.name == pick)
+    late = nodes.behind(cur["ranks"], per_split)
+    members = set(group.ranks)
+    marks = {r["rank"]: nodes.mark(r, late) for r in cur["ranks"] if r["rank"] in members}
+    title = f"{pick}: ranks {nodes.rank_spans(group.ranks)} · splits {group.splits}"
+    ui.show(charts.group_grid(cur, group.ranks, marks, title), fit=False)
+
+
+def _table(frame: pd.DataFrame) -> None:
+    """A short table as it is; a long one scrolls and sorts (no pages to step through)."""
+    if len(frame) <= nodes.GROUP_FROM:
+        st.table(frame)
     else:
-        query = st.session_state.get("placement-find", "")
-        order = st.session_state.get("placement-sort", nodes.SORTS[0])
-        found = nodes.sort_ranks(nodes.find(table, query), order)
-        # a new search or order starts at page 1 (an old page number may be past the end)
-        st.table(ui.paged(found, f"placement-page:{order}:{query}"))
+        st.dataframe(frame, height=420)
+
+
+def _sortable(found: pd.DataFrame) -> None:
+    """The ranks table as a grid that sorts by a header's click; every matching rank,
+    scrolled (no pages). Plain cells: a Styler's colours cost 0.2 s a second at 1,024 ranks
+    (the nodes table above colours the marked ranks)."""
+    number = st.column_config.NumberColumn
+    config = {
+        "rank": number(format="%d"),
+        "read %": number(format="%.1f%%"),
+        "global step": number(format="localized"),
+        "rows/s": number(format="localized"),
+    }
+    st.dataframe(nodes.sortable(found), hide_index=True, height=420, column_config=config)
 
 
 def _find_box() -> None:

@@ -89,6 +89,9 @@ def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
     return "<div>" + "".join(parts) + "</div>"
 
 
+FURTHEST = 16  # ranks the "furthest behind" table lists (no pages: Placement finds any)
+
+
 def _behind(ranks: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(ranks).sort_values(["pct", "rank"])
     return pd.DataFrame(
@@ -131,7 +134,12 @@ def live() -> None:
     if not few:
         ui.show(charts.rank_heatmap(ranks), side, fit=False)
         st.subheader("Ranks furthest behind")
-        st.table(ui.paged(_behind(ranks), "progress-page"))
+        behind = _behind(ranks)
+        st.caption(
+            f"the {min(FURTHEST, len(behind))} furthest behind of {len(behind):,} ranks; "
+            "every rank is in Placement's ranks table (find, sort)"
+        )
+        st.table(behind.head(FURTHEST))
     elif ranks:
         ui.show(charts.rank_bars(ranks), side)
 
