@@ -71,39 +71,42 @@ def _every(period_s: float, for_s: float, poll: Callable[[], None]) -> None:
 
 def test_a_healthy_two_rank_run_reads_running_on_every_poll(tmp_path: Path) -> None:
     db = str(tmp_path / "flap.db")
-    with start_dashboard(port=0, ui_port=0, db=db) as servers, chromium_page() as page:
+    with start_dashboard(port=0, ui_port=0, db=db) as servers:
         api = servers.api_url
-        job = subprocess.Popen(
+        job = subprocess.Popen(  # its ranks import torch while the browser starts
             [sys.executable, "-m", "tests.no_flap_job", api, RUN, str(tmp_path)],
             cwd=Path(__file__).parent.parent,
         )
         load: list[subprocess.Popen[bytes]] = []
         try:
-            ready = [tmp_path / f"ready-{r}" for r in range(2)]
-            wait_until(lambda: all(p.exists() for p in ready), START_S, "both ranks' reports")
-            page.goto(page_url(servers.ui_url or "", "", RUN))
-            expect(page.get_by_text("Running: 2 of 2 ranks reporting")).to_be_visible(
-                timeout=LOAD_MS
-            )
-            load = _busy_cores()
-            seen: list[tuple[float, str, str, set[str], set[str]]] = []
-            start = time.monotonic()
-            _every(
-                POLL_S, FOR_S, lambda: seen.append((time.monotonic() - start, *_reads(api, page)))
-            )
-            for proc in load:
-                proc.kill()
-                proc.wait(10)
-            (tmp_path / "stop").touch()
-            assert job.wait(START_S) == 0
-            finished = "Finished: all 2 ranks closed"
-            expect(page.get_by_text(re.compile(f"^{finished}"))).to_be_visible(timeout=LOAD_MS)
-            end = _reads(api, page)
+            with chromium_page() as page:
+                page.goto(page_url(servers.ui_url or "", "", RUN))
+                ready = [tmp_path / f"ready-{r}" for r in range(2)]
+                wait_until(lambda: all(p.exists() for p in ready), START_S, "both ranks' reports")
+                expect(page.get_by_text("Running: 2 of 2 ranks reporting")).to_be_visible(
+                    timeout=LOAD_MS
+                )
+                load = _busy_cores()
+                seen: list[tuple[float, str, str, set[str], set[str]]] = []
+                start = time.monotonic()
+                _every(
+                    POLL_S,
+                    FOR_S,
+                    lambda: seen.append((time.monotonic() - start, *_reads(api, page))),
+                )
+                for proc in load:
+                    proc.kill()
+                    proc.wait(10)
+                (tmp_path / "stop").touch()
+                assert job.wait(START_S) == 0
+                finished = "Finished: all 2 ranks closed"
+                expect(page.get_by_text(re.compile(f"^{finished}"))).to_be_visible(timeout=LOAD_MS)
+                end = _reads(api, page)
         finally:
             for proc in [*load, job]:
                 proc.kill()
                 proc.wait(10)
-    assert len(seen) >= FOR_S / POLL_S / 4, f"{len(seen)} polls in {FOR_S} s"
+    assert len(seen) >= FOR_S / POLL_S / 2, f"{len(seen)} polls in {FOR_S} s"
     assert seen[-1][0] >= FOR_S - 2 * POLL_S - 5  # polled to the window's end
     bad = [
         s
