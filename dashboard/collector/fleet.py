@@ -16,10 +16,11 @@ import orjson
 
 from dashboard.collector.store import ROLLUP_S, Store
 
-# a run's current world only, as `Store.heartbeats` reads it
+# a run's current world only, as `Store.heartbeats` reads it; CROSS JOIN keeps the runs the
+# outer loop (else SQLite scans every process of every run, aged out or not)
 _PROCESSES = (
-    "SELECT p.* FROM runs r JOIN processes p ON p.run_id = r.run_id "
-    "AND p.world_size = r.world_size WHERE r.last_ts >= ? ORDER BY p.run_id, p.process"
+    "SELECT p.* FROM runs r CROSS JOIN processes p ON p.run_id = r.run_id "
+    "AND p.world_size = r.world_size WHERE r.last_ts >= ? ORDER BY r.run_id, p.process"
 )
 # per rank of the current world, the rollup buckets from the one holding `last_ts - window`
 _TOTALS = (

@@ -18,6 +18,7 @@ quote and line feed; any other Unicode as UTF-8.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -191,11 +192,17 @@ def scrape(
     run that reported within `keep_s`."""
     now = time.time() if now is None else now
     since = now - keep_s
-    runs = [run for run in store.runs() if run["last_ts"] >= since]
-    live = _Live(
-        health, live_processes(store, since), live_totals(store, since, STRAGGLER_WINDOW_S)
-    )
-    out = _Lines()
-    for run in runs:
-        _run(store, run, live, now, out)
-    return out.text()
+    collecting = gc.isenabled()
+    gc.disable()  # ~10 objects a process, none in a cycle: collections cost 10-15 % of it
+    try:
+        runs = [run for run in store.runs() if run["last_ts"] >= since]
+        live = _Live(
+            health, live_processes(store, since), live_totals(store, since, STRAGGLER_WINDOW_S)
+        )
+        out = _Lines()
+        for run in runs:
+            _run(store, run, live, now, out)
+        return out.text()
+    finally:
+        if collecting:
+            gc.enable()
