@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard.collector.fleet import live_processes, live_totals
+from dashboard.collector.fleet import JUDGED, live_processes, live_totals
 from dashboard.collector.metrics import METRICS_KEEP_S
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
 from dashboard.synthetic import SyntheticRun, synthetic_events
@@ -102,7 +102,8 @@ def test_one_read_for_every_live_run_gives_each_run_its_own_rows(tmp_path: Path)
         assert sorted(processes) == sorted(totals) == ["packed", "resized"]
         for run in (store.run("resized"), store.run("packed")):
             run_id, world = run["run_id"], run["world_size"]
-            assert processes[run_id] == store.heartbeats(run_id, world)
+            judged = [{k: p[k] for k in JUDGED} for p in store.heartbeats(run_id, world)]
+            assert processes[run_id] == judged
             per_run = store.rank_totals(run_id, run["last_ts"] - STRAGGLER_WINDOW_S, world)
             assert totals[run_id] == {t["rank"]: tuple(t)[1:] for t in per_run}
         assert len(processes["resized"]) == 3 and totals["packed"][0][1] is not None

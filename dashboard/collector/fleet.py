@@ -16,11 +16,18 @@ import orjson
 
 from dashboard.collector.store import ROLLUP_S, Store
 
-# a run's current world only, as `Store.heartbeats` reads it; CROSS JOIN keeps the runs the
-# outer loop (else SQLite scans every process of every run, aged out or not)
+# what the status rules read of a process (`Store.heartbeats` has these and more), of a run's
+# current world; CROSS JOIN keeps the runs the outer loop (else SQLite scans every process
+# of every run, aged out or not)
+JUDGED = (
+    "process", "rank", "mesh", "ts", "interval_s", "prev_interval_s", "epoch", "step",
+    "global_step", "step_ts", "moved_s", "epochs_done", "end_step", "heartbeat_s",
+    "clock_offset",
+)  # fmt: skip
 _PROCESSES = (
-    "SELECT p.* FROM runs r CROSS JOIN processes p ON p.run_id = r.run_id "
-    "AND p.world_size = r.world_size WHERE r.last_ts >= ? ORDER BY r.run_id, p.process"
+    f"SELECT p.run_id, {', '.join('p.' + c for c in JUDGED)} FROM runs r CROSS JOIN processes p "
+    "ON p.run_id = r.run_id AND p.world_size = r.world_size WHERE r.last_ts >= ? "
+    "ORDER BY r.run_id, p.process"
 )
 # per rank of the current world, the rollup buckets from the one holding `last_ts - window`
 _TOTALS = (
@@ -32,16 +39,14 @@ _TOTALS = (
 
 
 def live_processes(store: Store, since: float) -> dict[str, list[dict[str, Any]]]:
-    """Run id → its processes' last reports (`Store.heartbeats`' rows), for every run whose
-    last report is at or after `since`."""
-    cursor = store.cursor(_PROCESSES, since)
-    names = [d[0] for d in cursor.description]
-    mesh = names.index("mesh")
+    """Run id → its processes' last reports (the `JUDGED` fields of `Store.heartbeats`'
+    rows, in its order), for every run whose last report is at or after `since`."""
+    mesh = JUDGED.index("mesh") + 1
     out: dict[str, list[dict[str, Any]]] = {}
-    for run_id, rows in groupby(cursor.fetchall(), key=itemgetter(0)):
+    for run_id, rows in groupby(store.tuples(_PROCESSES, since), key=itemgetter(0)):
         processes = out[run_id] = []
         for row in rows:
-            p = dict(zip(names, row, strict=True))
+            p = dict(zip(JUDGED, row[1:], strict=True))
             if row[mesh]:
                 p["mesh"] = orjson.loads(row[mesh])
             processes.append(p)
