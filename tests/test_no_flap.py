@@ -45,12 +45,22 @@ def _states(metrics: str, family: str) -> set[str]:
     return set(re.findall(pattern, metrics, re.MULTILINE))
 
 
-def _reads(api: str, page: Page) -> tuple[str, str, set[str], set[str]]:
-    """(status API headline, page headline, run states and process states in /metrics)."""
+def _step(metrics: str) -> float:
+    """The smallest global step of the run's ranks in /metrics."""
+    pattern = rf'^elastic_loader_rank_global_step{{run_id="{RUN}",rank="\d+"}} (\S+)$'
+    return min(float(step) for step in re.findall(pattern, metrics, re.MULTILINE))
+
+
+Reads = tuple[str, str, set[str], set[str], float]
+
+
+def _reads(api: str, page: Page) -> Reads:
+    """(status API headline, page headline, the run's and its processes' states in /metrics,
+    the slowest rank's global step there)."""
     status = get_json(f"{api}/api/runs/{RUN}/status")
     metrics = get_bytes(f"{api}/metrics").decode()
-    run = _states(metrics, "elastic_loader_run_state")
-    return status["headline"], _headline(page), run, _states(metrics, "elastic_loader_rank_state")
+    run, processes = (_states(metrics, f"elastic_loader_{k}_state") for k in ("run", "rank"))
+    return status["headline"], _headline(page), run, processes, _step(metrics)
 
 
 def _busy_cores() -> list[subprocess.Popen[bytes]]:
@@ -87,7 +97,7 @@ def test_a_healthy_two_rank_run_reads_running_on_every_poll(tmp_path: Path) -> N
                     timeout=LOAD_MS
                 )
                 load = _busy_cores()
-                seen: list[tuple[float, str, str, set[str], set[str]]] = []
+                seen: list[tuple[float, str, str, set[str], set[str], float]] = []
                 start = time.monotonic()
                 _every(
                     POLL_S,
@@ -116,5 +126,7 @@ def test_a_healthy_two_rank_run_reads_running_on_every_poll(tmp_path: Path) -> N
         or s[4] != {"running"}
     ]
     assert not bad, f"{len(bad)} of {len(seen)} polls not Running, first: {bad[:3]}"
+    steps = [s[5] for s in seen]  # the ranks read all along: a step a second at least
+    assert steps == sorted(steps) and steps[-1] - steps[0] >= FOR_S, steps[:: len(steps) // 10]
     assert end[0].startswith(finished) and end[1].startswith(finished), end
     assert end[2] == {"finished"} and end[3] == {"closed"}, end
