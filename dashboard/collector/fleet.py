@@ -3,7 +3,8 @@
 A scrape of 1,000 runs used to read them run by run (2,000 queries, each converting its
 rows to `sqlite3.Row` and then to dicts): most of a 128,000-process scrape. Here one join
 over the runs reported within the retention returns plain tuples, grouped by run in
-Python; the rows are the same as `Store.heartbeats` and `Store.rank_totals` give per run.
+Python: per run, what `Store.heartbeats` (the fields the status rules judge) and
+`Store.rank_totals` give.
 """
 
 from __future__ import annotations
