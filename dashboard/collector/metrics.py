@@ -4,9 +4,8 @@ Built per scrape from the same rows and status rules as the JSON views (so an al
 the dashboard cannot disagree), every live run's processes and throughput totals read in one
 query each (`dashboard.collector.fleet`), not two queries a run. Per run: its state (one
 series per state, 1 for the current one), world size, processes reporting and checkpoints
-saved; per process: its
-state (one series, the current state, value 1), seconds since its last report and since
-its step last moved; per data-parallel rank: rows (packed: blocks) and tokens per second
+saved; per process: its state (one series, the current state, value 1), seconds since its
+last report and since its step last moved; per data-parallel rank: rows (packed: blocks) and tokens per second
 and the share of time its loop waited for data over the last 30 s, global step; per dataset
 of a mixture: its weight, rows supplied and passes completed (its latest report).
 
