@@ -1,13 +1,14 @@
 """`GET /metrics`: the runs' health in the Prometheus text format, for a cluster's Grafana.
 
 Built per scrape from the same rows and status rules as the JSON views (so an alert and
-the dashboard cannot disagree), every live run's processes and throughput totals read in one
-query each (`dashboard.collector.fleet`), not two queries a run. Per run: its state (one
-series per state, 1 for the current one), world size, processes reporting and checkpoints
-saved; per process: its state (one series, the current state, value 1), seconds since its
-last report and since its step last moved; per data-parallel rank: rows (packed: blocks) and tokens per second
-and the share of time its loop waited for data over the last 30 s, global step; per dataset
-of a mixture: its weight, rows supplied and passes completed (its latest report).
+the dashboard cannot disagree), every live run's processes and throughput totals read in
+one query each (`dashboard.collector.fleet`), not two queries a run. Per run: its state
+(one series per state, 1 for the current one), world size, processes reporting and
+checkpoints saved; per process: its state (one series, the current state, value 1),
+seconds since its last report and since its step last moved; per data-parallel rank: rows
+(packed: blocks) and tokens per second and the share of time its loop waited for data over
+the last 30 s, global step; per dataset of a mixture: its weight, rows supplied and passes
+completed (its latest report).
 
 At scale: a run whose last report is older than `METRICS_KEEP_S` (15 min; a finished,
 stopped or long-dead run) leaves /metrics (its views stay in the API), so a collector
