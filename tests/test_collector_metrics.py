@@ -15,8 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard.synthetic import SyntheticRun
-from tests.collector_api import collector_client, post_runs
+from dashboard.collector.fleet import JUDGED, live_processes, live_totals
+from dashboard.collector.metrics import METRICS_KEEP_S
+from dashboard.collector.throughput import STRAGGLER_WINDOW_S
+from dashboard.synthetic import SyntheticRun, synthetic_events
+from tests.collector_api import collector_client, post, post_runs
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -73,3 +76,40 @@ def test_metrics_need_the_token_when_the_collector_has_one(tmp_path: Path) -> No
         assert c.get("/metrics").status_code == 401
         ok = c.get("/metrics", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and "elastic_loader_run_state" in ok.text
+
+
+def test_one_read_for_every_live_run_gives_each_run_its_own_rows(tmp_path: Path) -> None:
+    """The scrape reads every live run's processes and throughput totals in one query each
+    (dashboard.collector.fleet): per run, exactly the rows the per-run reads give (the
+    current world only after a resize, tokens of a packed run), runs past the retention
+    left out; and a report after a scrape shows in the next one."""
+    now = time.time()
+    resized = SyntheticRun("resized", 3, 12, 10**4, 30, now - 30, world_size_before=4)
+    packed = [
+        e | {"seq_len": 8, "tokens": 8 * e["rows"], "blocks_per_split": 10**6}
+        if e["kind"] == "progress"
+        else e
+        for e in synthetic_events(SyntheticRun("packed", 2, 4, 10**6, 20, now - 20))
+    ]
+    old = SyntheticRun("old", 2, 4, 10**6, 20, now - METRICS_KEEP_S - 100, closed=True)
+    with collector_client(tmp_path / "f.db") as c:
+        post_runs(c, resized, old)
+        assert post(c, packed).status_code == 202
+        store = c.app.state.store  # type: ignore[attr-defined]
+        since = now - METRICS_KEEP_S
+        processes = live_processes(store, since)
+        totals = live_totals(store, since, STRAGGLER_WINDOW_S)
+        assert sorted(processes) == sorted(totals) == ["packed", "resized"]
+        for run in (store.run("resized"), store.run("packed")):
+            run_id, world = run["run_id"], run["world_size"]
+            judged = [{k: p[k] for k in JUDGED} for p in store.heartbeats(run_id, world)]
+            assert processes[run_id] == judged
+            per_run = store.rank_totals(run_id, run["last_ts"] - STRAGGLER_WINDOW_S, world)
+            assert totals[run_id] == {t["rank"]: tuple(t)[1:] for t in per_run}
+        assert len(processes["resized"]) == 3 and totals["packed"][0][1] is not None
+        before = _scrape(c)
+        step = "elastic_loader_rank_global_step"
+        assert _get(before, step, run_id="packed", rank="0") == 20 * 2000 // 32
+        later = packed[-1] | {"ts": time.time(), "global_step": 10**6, "step": 10**6}
+        assert post(c, [later]).status_code == 202
+        assert _get(_scrape(c), step, run_id="packed", rank=str(later["rank"])) == 10**6

@@ -122,7 +122,19 @@ def test_a_packed_mixture_reads_blocks_and_tokens_per_dataset(runs: Runs, page: 
     rate = tokens.get_by_test_id("stMetricValue").inner_text()
     assert int(rate.replace(",", "")) > 0, f"a packed mixture read at {rate} tokens/s"
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(2)
+    _blocks_axis(page.get_by_test_id("stVegaLiteChart").first)
     expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
+def _blocks_axis(chart: Any) -> None:
+    """The rate chart's y axis (Streamlit draws Vega as SVG): titled in blocks/s, its tick
+    labels plain numbers that reach above 0 (not "0.000000" from an empty band)."""
+    y_axis = chart.locator("g[aria-label^='Y-axis']").first
+    expect(y_axis).to_have_attribute("aria-label", re.compile(r"titled 'blocks/s per rank'"))
+    expect(chart).not_to_contain_text("rows/s")
+    ticks = y_axis.locator(".role-axis-label text").all_text_contents()
+    values = [float(t.replace(",", "")) for t in ticks]  # a label that is not a number raises
+    assert values and max(values) > 0 and "0.000000" not in ticks, ticks
 
 
 def test_a_run_resized_4_to_3_reads_its_true_totals_and_ranks(runs: Runs, page: Page) -> None:

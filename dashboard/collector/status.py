@@ -103,13 +103,16 @@ def _at_epoch_end(rank: dict[str, Any]) -> bool:
     return rank.get("end_step") is not None and rank["end_step"] == position(rank)
 
 
-def no_step_limit(rank: dict[str, Any], health: Health = DEFAULT_HEALTH) -> float:
-    """How long the rank may report without stepping (see the module docstring)."""
+def no_step_limit(
+    rank: dict[str, Any], health: Health = DEFAULT_HEALTH, beat: float | None = None
+) -> float:
+    """How long the rank may report without stepping (see the module docstring); `beat`:
+    the rank's `beat_of`, when the caller has it."""
     moved = rank.get("moved_s")
     if moved is None or _at_epoch_end(rank):
         return health.no_step_s
-    scaled = max(health.no_step_floor * beat_of(rank), health.step_factor * moved)
-    return min(health.no_step_s, scaled)
+    beat = beat_of(rank) if beat is None else beat
+    return min(health.no_step_s, max(health.no_step_floor * beat, health.step_factor * moved))
 
 
 def rank_state(
@@ -131,7 +134,8 @@ def rank_state(
         return "crashed", "silent"
     if silent > health.stalled_after * beat:
         return "stalled", "silent"
-    if now - on_our_clock(rank, rank.get("step_ts") or rank["ts"]) > no_step_limit(rank, health):
+    no_step = now - on_our_clock(rank, rank.get("step_ts") or rank["ts"])
+    if no_step > no_step_limit(rank, health, beat):
         return "stalled", "no step"
     return "running", None
 
