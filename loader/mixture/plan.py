@@ -239,7 +239,7 @@ class MixPlan:
             while want > 0:
                 at = sources[k]
                 length = self.units(k, at.epoch)
-                left = self.left_in_pass(k, at)
+                left = self.num_splits[k] * length - sum(at.cursors)  # left_in_pass
                 if left <= 0:  # a pass without a row: it contributes nothing, counted
                     skipped += 1
                     if skipped > EMPTY_PASSES_LIMIT:
