@@ -261,7 +261,7 @@ class MixPlan:
                     sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
                 else:
                     sources[k] = SourceAt(at.epoch, tuple(after.tolist()))
-                whole = self._whole_passes(k, sources[k], want)
+                whole = self._whole_passes(k, sources[k], want) if want > 0 else None
                 if whole is not None:  # passes of a small dataset: one segment for all
                     segments.append(replace(whole, first=first))
                     first += whole.count
