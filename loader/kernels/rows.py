@@ -17,24 +17,6 @@ from numpy.typing import NDArray
 
 from loader.kernels.config import njit
 
-GATHER_READS = 8  # `_gather_rows` takes this many reads (fewer padded; more: `_place_rows`)
-
-
-@njit
-def _place_rows(
-    src: NDArray[np.unsignedinteger[Any]],
-    rows: NDArray[np.int64],
-    dest: NDArray[np.unsignedinteger[Any]],
-    at: NDArray[np.int64],
-) -> None:
-    """dest[at[i]] = src[rows[i]] for every i: one dataset read's rows to their places (a
-    read of more datasets than `_gather_rows` takes)."""
-    width = src.shape[1]
-    for i in range(rows.shape[0]):
-        row, to = rows[i], at[i]
-        for j in range(width):
-            dest[to, j] = src[row, j]
-
 
 @njit
 def _gather_rows(
@@ -44,8 +26,7 @@ def _gather_rows(
     dest: NDArray[np.unsignedinteger[Any]],
 ) -> None:
     """dest[i] = srcs[which[i]][rows[i]] for every i (`srcs`: arrays of one type and width,
-    one a dataset read, padded to GATHER_READS so that one compiled signature serves every
-    read). Writing `dest` in order measured ~20 % faster into a fresh buffer
+    one a dataset read). Writing `dest` in order measured ~20 % faster into a fresh buffer
     than a copy per dataset to its scattered places, and is one call for the whole column;
     an inner loop over the row's words (a row slice allocates a view each: ~5x slower)."""
     width = dest.shape[1]

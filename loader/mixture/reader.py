@@ -15,7 +15,7 @@ import pyarrow as pa
 import torch
 from numpy.typing import NDArray
 
-from loader.kernels.rows import GATHER_READS, _gather_rows, _place_rows
+from loader.kernels.rows import _gather_rows
 from loader.mixture.columns import SOURCE_FIELD, check_pieces
 from loader.mixture.stream import MixTask
 from loader.read.convert import (
@@ -115,16 +115,10 @@ def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> S
     outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
     if outs is None:
         return None
-    which, rows, places = _gather_index(task, reads)
+    which, rows = _gather_index(task, reads)
     for name, arrays in columns.items():
-        srcs = [_source_words(values) for values in arrays]
-        dest = _as_words(outs[name].numpy())
-        if len(srcs) <= GATHER_READS:
-            padding = [srcs[0][:0]] * (GATHER_READS - len(srcs))
-            _gather_rows(tuple(srcs + padding), which, rows, dest)
-            continue
-        for src, (_, order), at in zip(srcs, reads, places, strict=True):
-            _place_rows(src, order, dest, at)  # many passes in one task: a call per read
+        srcs = tuple(_source_words(values) for values in arrays)
+        _gather_rows(srcs, which, rows, _as_words(outs[name].numpy()))
     dataset = np.array([k for k, _ in task.groups], dtype=np.int64)
     np.take(dataset, which, out=outs[SOURCE_FIELD].numpy(), mode="clip")  # which: valid
     return _split(outs, task.sizes)
@@ -132,16 +126,15 @@ def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> S
 
 def _gather_index(
     task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]
-) -> tuple[NDArray[np.int64], NDArray[np.int64], list[NDArray[np.int64]]]:
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """For each row of the task's batches (end to end): the group whose read holds it, and
-    its row in that read (each read's order restoring its request); and the places."""
+    its row in that read (the layout's places, each read's order restoring its request)."""
     which = np.empty(sum(task.sizes), dtype=np.int64)
     rows = np.empty_like(which)
-    places = task.places()
-    for group, ((_, order), at) in enumerate(zip(reads, places, strict=True)):
+    for group, ((_, order), at) in enumerate(zip(reads, task.places(), strict=True)):
         which[at] = group
         rows[at] = order
-    return which, rows, places
+    return which, rows
 
 
 def _as_words(values: NDArray[Any]) -> NDArray[Any]:
