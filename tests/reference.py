@@ -175,6 +175,9 @@ def mix_labels(weights: list[int], counts: list[int], rows: int) -> list[int]:
     return out
 
 
-def gather_rows(srcs: list[list[Any]], which: list[int], rows: list[int]) -> list[Any]:
-    """Row i is row `rows[i]` of source `which[i]`, one row at a time."""
-    return [srcs[k][row] for k, row in zip(which, rows, strict=True)]
+def place_rows(src: list[Any], rows: list[int], dest: list[Any], at: list[int]) -> list[Any]:
+    """`dest` with row `at[i]` replaced by row `rows[i]` of `src`, one row at a time."""
+    out = list(dest)
+    for row, to in zip(rows, at, strict=True):
+        out[to] = src[row]
+    return out

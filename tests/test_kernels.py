@@ -16,7 +16,7 @@ from loader.kernels.permute import (
     mix64,
     round_keys,
 )
-from loader.kernels.rows import _gather_rows
+from loader.kernels.rows import _place_rows
 from loader.kernels.stream import _advance, _runs_order, _slice_runs, _task_order
 from loader.layout import slice_bounds
 from loader.plan import PlanSpec
@@ -157,24 +157,20 @@ def test_order_range_equals_order_of_indices(
 
 
 @given(
-    sizes=st.lists(st.integers(1, 20), min_size=1, max_size=4),
+    src_rows=st.integers(1, 20),
     width=st.integers(1, 12),
     dest_rows=st.integers(0, 30),
     word=st.sampled_from(["u1", "u2", "u4", "u8"]),
     data=st.data(),
 )
-def test_gather_rows_matches_twin(
-    sizes: list[int], width: int, dest_rows: int, word: str, data: st.DataObject
+def test_place_rows_matches_twin(
+    src_rows: int, width: int, dest_rows: int, word: str, data: st.DataObject
 ) -> None:
-    """Every destination row from the source and row named for it, as the twin copies them
-    one row at a time (any sources of one word type and width, rows repeated or not)."""
-    srcs = tuple(
-        ((np.arange(n * width).reshape(n, width) + 7 * k) % 251).astype(word)
-        for k, n in enumerate(sizes)
-    )
-    which = [data.draw(st.integers(0, len(sizes) - 1)) for _ in range(dest_rows)]
-    rows = [data.draw(st.integers(0, sizes[k] - 1)) for k in which]
+    src = (np.arange(src_rows * width).reshape(src_rows, width) % 251).astype(word)
     dest = np.full((dest_rows, width), 255, dtype=word)
-    want = reference.gather_rows([s.tolist() for s in srcs], which, rows)
-    _gather_rows(srcs, np.array(which, dtype=np.int64), np.array(rows, dtype=np.int64), dest)
+    places = st.lists(st.integers(0, dest_rows - 1), unique=True) if dest_rows else st.just([])
+    at = data.draw(places)
+    rows = [data.draw(st.integers(0, src_rows - 1)) for _ in at]
+    want = reference.place_rows(src.tolist(), rows, dest.tolist(), at)
+    _place_rows(src, np.array(rows, dtype=np.int64), dest, np.array(at, dtype=np.int64))
     assert dest.tolist() == want

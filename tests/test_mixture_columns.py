@@ -88,31 +88,3 @@ def test_other_column_sets_are_refused_on_every_world_size() -> None:
                 match=r"same columns: datasets\['0'\] has \['id'\], datasets\['1'\] \['id', 'y'\]",
             ):
                 MixedDataset([dataset(one, rank, world), dataset(two, rank, world)], [3, 1])
-
-
-def test_a_columns_reads_gather_as_one_type_whatever_their_alignment_and_flags() -> None:
-    """The placement takes every dataset's read of a column as one Numba tuple: a read that
-    NumPy sees unaligned or writable (an Arrow slice, a copy) is given the same type as an
-    aligned read-only one, and each destination row comes from the read and row named."""
-    import numba
-    import numpy as np
-
-    from loader.kernels.rows import _gather_rows
-    from loader.mixture.reader import _source_words
-
-    raw = np.zeros(8 * 5 + 1, dtype=np.uint8)
-    unaligned = np.frombuffer(raw.data, dtype=np.uint8, offset=1).view(np.int64).reshape(5, 1)
-    unaligned[:, 0] = [10, 11, 12, 13, 14]
-    aligned = np.array([[20.0, 21.0], [22.0, 23.0]], dtype=np.float32)  # one 8-byte word a row
-    aligned.flags.writeable = False
-    writable = np.array([[30], [31], [32]], dtype=np.int64)
-    assert not unaligned.flags.aligned
-    words = [_source_words(a) for a in (unaligned, aligned, writable)]
-    assert len({str(numba.typeof(w)) for w in words}) == 1
-    which = np.array([2, 0, 1, 0, 2], dtype=np.int64)
-    rows = np.array([1, 4, 0, 0, 2], dtype=np.int64)
-    dest = np.zeros((5, 1), dtype=np.uint64)
-    _gather_rows(tuple(words), which, rows, dest)
-    want = [words[k][r, 0] for k, r in zip(which.tolist(), rows.tolist(), strict=True)]
-    assert dest[:, 0].tolist() == want
-    assert dest[0, 0] == np.uint64(31) and dest[1, 0] == np.uint64(14)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import torch
 from numpy.typing import NDArray
 
-from loader.kernels.rows import _gather_rows
+from loader.kernels.rows import _place_rows
 from loader.mixture.columns import SOURCE_FIELD, check_pieces
 from loader.mixture.stream import MixTask
 from loader.read.convert import (
@@ -115,26 +115,15 @@ def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> S
     outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
     if outs is None:
         return None
-    which, rows = _gather_index(task, reads)
+    places = task.places()
     for name, arrays in columns.items():
-        srcs = tuple(_source_words(values) for values in arrays)
-        _gather_rows(srcs, which, rows, _as_words(outs[name].numpy()))
-    dataset = np.array([k for k, _ in task.groups], dtype=np.int64)
-    np.take(dataset, which, out=outs[SOURCE_FIELD].numpy(), mode="clip")  # which: valid
+        dest = _as_words(outs[name].numpy())
+        for values, (_, order), at in zip(arrays, reads, places, strict=True):
+            _place_rows(_as_words(values), order, dest, at)
+    sources = outs[SOURCE_FIELD].numpy()
+    for (k, _), at in zip(task.groups, places, strict=True):
+        sources[at] = k
     return _split(outs, task.sizes)
-
-
-def _gather_index(
-    task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """For each row of the task's batches (end to end): the group whose read holds it, and
-    its row in that read (the layout's places, each read's order restoring its request)."""
-    which = np.empty(sum(task.sizes), dtype=np.int64)
-    rows = np.empty_like(which)
-    for group, ((_, order), at) in enumerate(zip(reads, task.places(), strict=True)):
-        which[at] = group
-        rows[at] = order
-    return which, rows
 
 
 def _as_words(values: NDArray[Any]) -> NDArray[Any]:
@@ -145,17 +134,6 @@ def _as_words(values: NDArray[Any]) -> NDArray[Any]:
     row_bytes = values.itemsize * math.prod(values.shape[1:])
     word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
     return values.reshape(len(values), row_bytes // values.itemsize).view(f"u{word}")
-
-
-def _source_words(values: NDArray[Any]) -> NDArray[Any]:
-    """`_as_words(values)` as an aligned, read-only view (copied when unaligned), so that
-    every dataset's column has one Numba type and `_gather_rows` takes them as one tuple."""
-    words = _as_words(values)
-    if not words.flags.aligned:
-        words = words.copy()
-    view = words.view()
-    view.flags.writeable = False
-    return view
 
 
 def join_batches(pieces: list[Any], sources: list[int], counts: list[int]) -> dict[str, Any]:
