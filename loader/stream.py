@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from loader.kernels.stream import _advance, _runs_order, _slice_runs
+from loader.kernels.stream import _advance, _runs_order, _slice_runs, _task_order
 from loader.layout import check_world_size, owned_splits, slice_bounds, uses_steps
 
 
@@ -91,14 +91,9 @@ def _task(epoch: int, index: int, sizes: list[int], runs: list[Runs]) -> BatchTa
 
 
 def task_order_indices(task: BatchTask, rows_per_split: int) -> NDArray[np.int64]:
-    """Indices into the epoch order of a task's rows, in stream order."""
-    parts = []
-    first = 0
-    for n in task.run_counts:
-        runs = task.runs[first : first + n]
-        first += n
-        parts.append(runs_order_indices((runs[:, 0], runs[:, 1], runs[:, 2]), rows_per_split))
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    """Indices into the epoch order of a task's rows, in stream order (one kernel call)."""
+    runs = np.ascontiguousarray(task.runs, dtype=np.int64).reshape(-1, 3)
+    return _task_order(runs, np.asarray(task.run_counts, dtype=np.int64), rows_per_split)
 
 
 def runs_order_indices(runs: Runs, rows_per_split: int) -> NDArray[np.int64]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ from loader.kernels.permute import (
     round_keys,
 )
 from loader.kernels.rows import _place_rows
-from loader.kernels.stream import _advance, _runs_order, _slice_runs
+from loader.kernels.stream import _advance, _runs_order, _slice_runs, _task_order
 from loader.layout import slice_bounds
 from loader.plan import PlanSpec
 from tests import reference
@@ -106,6 +108,32 @@ def test_advance_slice_runs_and_runs_order_match_twins(
     whole = _slice_runs(before, after, 0, count)
     stream_order = [s * length + level for s, level in full[consumed : consumed + count]]
     assert _runs_order(*whole, length).tolist() == stream_order
+
+
+@settings(max_examples=200)
+@given(case=cursor_cases, data=st.data())
+def test_task_order_is_each_batchs_runs_order_end_to_end(
+    case: tuple[int, list[int]], data: st.DataObject
+) -> None:
+    """A task of consecutive batches (each a rank's runs of a step): `_task_order` gives
+    the twin's order of each batch's runs, batch after batch, in one call."""
+    length, cursors = case
+    full = len(reference.stream(cursors, length))
+    cut = sorted(data.draw(st.lists(st.integers(0, full), max_size=5)))
+    world = data.draw(st.integers(1, 3))
+    rank = data.draw(st.integers(0, world - 1))
+    arr = np.array(cursors, dtype=np.int64)
+    tables, counts, expected = [], [], []
+    for a, b in itertools.pairwise([0, *cut, full]):
+        before, after = _advance(arr, a, length), _advance(arr, b, length)
+        lo, hi = slice_bounds(rank, world, b - a)
+        runs = list(zip(*(r.tolist() for r in _slice_runs(before, after, lo, hi)), strict=True))
+        tables.extend(runs)
+        counts.append(len(runs))
+        expected.extend(reference.runs_order(runs, length))
+    table = np.array(tables, dtype=np.int64).reshape(-1, 3)
+    got = _task_order(table, np.array(counts, dtype=np.int64), length)
+    assert got.tolist() == expected
 
 
 def test_order_positions_of_empty_selection() -> None:

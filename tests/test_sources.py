@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
@@ -157,3 +159,56 @@ def test_an_empty_table_and_a_missing_lance_path_say_so_plainly(tmp_path: Path) 
     with pytest.raises(ValueError, match="no Lance dataset at") as missing:
         StreamingDataset(str(tmp_path / "nope.lance"), num_splits=2)
     assert ".rs:" not in str(missing.value), missing.value
+
+
+@pytest.fixture(scope="module")
+def fragmented_lance(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Lance dataset of three fragments (40, 25 and 35 rows), rows deleted from two."""
+    import lance
+
+    path = str(tmp_path_factory.mktemp("fragments") / "rows.lance")
+    for start, stop in ((0, 40), (40, 65), (65, 100)):
+        lance.write_dataset(make_rows(start, stop), path, mode="append" if start else "create")
+    lance.dataset(path).delete("id % 7 = 3 AND id >= 40")
+    return path
+
+
+@hyp_settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_lance_reads_through_one_fragment_give_the_rows_a_dataset_take_gives(
+    fragmented_lance: str, data: st.DataObject
+) -> None:
+    """Issue #27 (speed): a read whose rows lie in one fragment goes through that fragment's
+    `take` (offsets within it): the same rows, values and schema as the dataset's `take`
+    for any sorted positions, inside a fragment, at its edges, across fragments, with and
+    without `columns`, deletions included; only reads across fragments use the dataset's."""
+    import lance
+
+    dataset = lance.dataset(fragmented_lance)
+    n = dataset.count_rows()
+    columns = data.draw(st.sampled_from([None, ["x", "id"], ["name"]]))
+    resolved = resolve_source(fragmented_lance, columns=columns)
+    rows = open_source(resolved.spec)
+    lo = data.draw(st.integers(0, n - 1))
+    hi = data.draw(st.integers(lo, min(n - 1, lo + data.draw(st.sampled_from([3, 30, n])))))
+    positions = np.array(
+        sorted(data.draw(st.sets(st.integers(lo, hi), min_size=1, max_size=hi - lo + 1))),
+        dtype=np.int64,
+    )
+    calls: list[int] = []
+    whole = rows._dataset  # type: ignore[attr-defined]
+
+    class Counting:
+        def take(self, *args: Any, **kwargs: Any) -> pa.Table:
+            calls.append(1)
+            return whole.take(*args, **kwargs)
+
+    rows._dataset = Counting()  # type: ignore[attr-defined]
+    got = rows.take(positions)
+    assert got.equals(dataset.take(positions, columns=columns))
+    live = [f.count_rows() for f in dataset.get_fragments()]
+    edges = np.cumsum(live)
+    one_fragment = np.searchsorted(edges, positions[0], "right") == np.searchsorted(
+        edges, positions[-1], "right"
+    )
+    assert calls == ([] if one_fragment else [1])

@@ -109,3 +109,24 @@ def _runs_order(
             if not live:  # a gap of levels no run covers: jump it
                 level = upcoming
     return out
+
+
+@njit
+def _task_order(
+    runs: NDArray[np.int64], run_counts: NDArray[np.int64], length: int
+) -> NDArray[np.int64]:
+    """`_runs_order` of each batch of a task end to end (batch b: the next run_counts[b]
+    rows of `runs`, columns split, first level, stop level): a task's order indices in one
+    call, not one a batch (a mixture's read makes one per dataset and batch)."""
+    total = 0
+    for r in range(runs.shape[0]):
+        total += runs[r, 2] - runs[r, 1]
+    out = np.empty(total, dtype=np.int64)
+    first, filled = 0, 0
+    for b in range(run_counts.shape[0]):
+        stop = first + run_counts[b]
+        part = _runs_order(runs[first:stop, 0], runs[first:stop, 1], runs[first:stop, 2], length)
+        out[filled : filled + part.shape[0]] = part
+        filled += part.shape[0]
+        first = stop
+    return out

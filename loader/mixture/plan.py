@@ -238,7 +238,7 @@ class MixPlan:
             while want > 0:
                 at = sources[k]
                 length = self.units(k, at.epoch)
-                left = self.left_in_pass(k, at)
+                left = self.num_splits[k] * length - sum(at.cursors)  # left_in_pass
                 if left <= 0:  # a pass without a row: it contributes nothing, counted
                     skipped += 1
                     if skipped > EMPTY_PASSES_LIMIT:
@@ -260,7 +260,7 @@ class MixPlan:
                     sources[k] = SourceAt(at.epoch + 1, (0,) * len(at.cursors))
                 else:
                     sources[k] = SourceAt(at.epoch, tuple(after.tolist()))
-                whole = self._whole_passes(k, sources[k], want)
+                whole = self._whole_passes(k, sources[k], want) if want > 0 else None
                 if whole is not None:  # passes of a small dataset: one segment for all
                     segments.append(replace(whole, first=first))
                     first += whole.count

@@ -45,14 +45,14 @@ class MixTask:
         """Per group, the row of the batches (end to end) that each row of its read (in the
         group's stream order) goes to: a dataset's rows fill the rows the layout gives it,
         in order, its passes one after another (groups of a dataset come in pass order)."""
-        order = np.argsort(self.labels, kind="stable")  # rows of dataset 0, 1, ... in order
-        ranked = self.labels[order]
+        rows: dict[int, NDArray[np.int64]] = {}  # per dataset: the rows the layout gives it
         start: dict[int, int] = {}
         out = []
         for k, task in self.groups:
-            first = start.setdefault(k, int(np.searchsorted(ranked, k)))
-            out.append(order[first : first + task.count])
-            start[k] = first + task.count
+            if k not in rows:
+                rows[k], start[k] = np.flatnonzero(self.labels == k), 0
+            out.append(rows[k][start[k] : start[k] + task.count])
+            start[k] += task.count
         return out
 
     def interleaving(self) -> NDArray[np.int64]:
