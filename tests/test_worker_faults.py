@@ -234,9 +234,9 @@ def test_in_order_false_hands_out_early_batches_and_resumes_every_row_once(
 
 def _require_warm_kernels(worker_id: int) -> None:
     """Runs in each worker before its first read."""
-    from loader.kernels.stream import _advance, _runs_order, _slice_runs
+    from loader.kernels.stream import _advance, _slice_runs, _task_order
 
-    if not (_advance.signatures and _runs_order.signatures and _slice_runs.signatures):
+    if not (_advance.signatures and _task_order.signatures and _slice_runs.signatures):
         raise AssertionError(f"worker {worker_id} would load the plan kernels itself")
 
 
