@@ -36,40 +36,34 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
     """This rank's rows of a pinned table, in the elastic order (see the README's contract).
 
     Args:
-        source: a LanceDB table, a Lance dataset, an Arrow table or dataset, or a path/URI
-            to a `.lance` folder or Parquet files.
+        source: a LanceDB table, Lance dataset, Arrow table/dataset, or `.lance`/Parquet path.
         columns: the columns to read (None: all).
-        filter: rows to keep (SQL string for Lance/LanceDB, an Arrow expression otherwise);
-            N counts the rows that pass it.
+        filter: rows to keep (SQL for Lance/LanceDB, else an Arrow expression); N counts them.
         num_splits: S, fixed for the life of a run (default: world_size, with a warning).
-        shuffle, shuffle_seed, shuffle_clump_size: the plan's order. `shuffle_seed=None`
-            picks a random seed on rank 0 (shared by broadcast), saved in the state; loading
-            a state adopts the saved seed. Clumps of C rows stay contiguous.
+        shuffle, shuffle_seed, shuffle_clump_size: the plan's order (clumps of C rows stay
+            contiguous). `shuffle_seed=None`: rank 0 picks one, broadcast and saved.
         epoch: the epoch to start at (a loaded state overrides it).
         rank, world_size: this rank and W (default: torch.distributed's, else 0 and 1).
         transform, on_error: a per-row function and what a failing row does ("raise",
-            "skip", "warn"; a process's skipped rows are counted in `reader.skipped_rows`).
+            "skip", "warn"; skipped rows counted in `reader.skipped_rows`).
         version: the table version to pin (default: the one rank 0 sees at start).
         allow_source_change: resume although the source's identity differs.
         storage_options: object-store options (default: the LanceDB connection's).
-        pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks
-            of `pack_sequences` tokens (docs/packing.md); a split's unit is then a block.
-        pack_fields, pack_dtype: what a packed batch holds (None: all five fields) and the
-            dtype of its token fields ("int64", or "int32": 4 bytes a token); the output only,
-            not in the state (`loader.derive_packed_fields` makes the rest on the GPU).
+        pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks of
+            `pack_sequences` tokens, a split's unit (docs/packing.md).
+        pack_fields, pack_dtype: a packed batch's fields (None: all five) and its token
+            dtype ("int64" or "int32"); not in the state (`loader.derive_packed_fields`).
         process_group: the group the table version (and a picked seed) is agreed over:
-            by default torch.distributed's group when this dataset's rank/world_size are
-            the process's (so a dataset one rank builds alone, rank=0, world_size=1, waits
-            for nobody); a group to agree over a subset; False for no agreement. A dataset
-            whose rank/world_size are not the process's (a data-parallel rank on a tensor-
-            parallel job) needs mesh=, a group of every process that reads the data, or both
+            by default torch.distributed's group when rank/world_size are the process's (a
+            dataset one rank builds alone, rank=0, world_size=1, waits for nobody); a group
+            for a subset; False for none. Other rank/world_size (a data-parallel rank of a
+            tensor-parallel job) need mesh=, a group of every process reading the data, or
             version= and shuffle_seed=.
         mesh, dp_dims, read_on: a `DeviceMesh`: the data is split over its data-parallel
             dims (`dp_dims`, default those named dp, dp_replicate, dp_shard, batch or data),
-            rank and world_size come from the process's coordinate on them, and every other
-            dim gets identical batches. The version and seed are agreed over every process of
-            the mesh, or only those whose coordinates `read_on` lists (e.g. {"pp": [0, 3]}:
-            the pipeline stages that need data build the dataset, the others never do).
+            rank and world_size are the process's coordinate on them, every other dim gets
+            identical batches. Version and seed are agreed over the mesh, or the processes
+            `read_on` lists (e.g. {"pp": [0, 3]}: only the stages that need data build it).
     """
 
     def __init__(

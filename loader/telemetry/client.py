@@ -9,15 +9,14 @@ collector is down, slow or refusing, events are dropped with one `TelemetryWarni
 sender backs off, and the job never waits: that is worth more than a complete record.
 
 Wire format (names in `loader/wire.py`, validated by `dashboard/collector/models.py`):
-`POST {url}/api/events` with
-`{"events": [event, ...]}`, where every event carries the run id, the rank's static facts
+`POST {url}/api/events` with `{"events": [event, ...]}`, where every event carries the run
+id, the rank's static facts
 (host, rank, local_rank, world_size, num_workers, num_splits, rows_per_split, batch_size,
 global_batch_size), `kind`, `ts`, `epoch`, `step`, `splits` ([lo, hi) the rank reads from,
 shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (of those splits),
 `tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
-says tokens per block),
-the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
+says tokens per block), the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
 kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
 `closed` event at the last position read (`data.reason`: `close` for `close()` or a
 collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
