@@ -33,7 +33,6 @@ pure: the same arguments give the same answer on every machine, W and worker cou
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -161,6 +160,9 @@ class MixPlan:
     epoch_rule: str | int = FIRST_PASS  # FIRST_PASS, ALL_PASSES, pass_of(k) or a number of steps
     fixed: tuple[bool, ...] = ()  # sources whose passes all hold the same units (rows)
     _phases: Phases = field(init=False, repr=False, compare=False)
+    _endings: tuple[tuple[tuple[int, ...], bool], ...] = field(
+        init=False, repr=False, compare=False
+    )  # per phase: `_ending`'s answer
 
     def __post_init__(self) -> None:
         phases: Any = self.phases
@@ -168,6 +170,7 @@ class MixPlan:
             phases = (Phase(0, phases),)
         object.__setattr__(self, "phases", tuple(phases))
         object.__setattr__(self, "_phases", tuple(phases))
+        object.__setattr__(self, "_endings", tuple(self._ending(p.weights) for p in phases))
 
     def phase_at(self, global_step: int) -> Phase:
         if len(self._phases) == 1:
@@ -301,14 +304,13 @@ class MixPlan:
         zeros = np.zeros(self.num_splits[k], dtype=np.int64)
         return Segment(k, at.epoch, zeros, zeros + length, 0, passes * rows, passes)
 
-    @functools.cache  # noqa: B019 (a plan is immutable and lives as long as its run)
-    def _ending(self, index: int) -> tuple[tuple[int, ...], bool]:
-        """The sources whose passes end epochs during phase `index`, and whether all of them
+    def _ending(self, weights: Weights) -> tuple[tuple[int, ...], bool]:
+        """The sources whose passes end epochs during a phase of `weights`, and whether all of them
         must (else any). Decided from that phase's weights, so that a later phase (a
         schedule's, set_weights') never changes where an earlier epoch ended: a rule naming a
         source of weight 0 there becomes "the first pass any source completes"."""
         count = len(self.num_splits)
-        shares = self._phases[index].weights.shares
+        shares = weights.shares
         source = rule_source(self.epoch_rule)
         if source is not None:
             return ((source,), False) if shares[source] > 0 else (tuple(range(count)), False)
@@ -321,7 +323,7 @@ class MixPlan:
         of that step's phase)."""
         if isinstance(self.epoch_rule, int):
             return pos.step >= self.epoch_rule
-        sources, every = self._ending(phase_index(self._phases, pos.global_step - 1))
+        sources, every = self._endings[phase_index(self._phases, pos.global_step - 1)]
         done = [pos.sources[k].epoch > pos.epoch_passes[k] for k in sources]
         return all(done) if every else any(done)
 
@@ -347,7 +349,7 @@ class MixPlan:
         while True:
             after = self._phases[index + 1].start if index + 1 < len(self._phases) else None
             stop = None if after is None else after - pos.global_step
-            sources, every = self._ending(index)
+            sources, every = self._endings[index]
             ends = [completed(k) for k in sources]
             known = [e for e in ends if e is not None]
             end = (
