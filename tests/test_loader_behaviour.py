@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pytest
 import torch
@@ -14,6 +16,7 @@ from loader.read import convert
 from loader.read.reader import BatchReader
 from loader.sources.lance import LanceRows
 from tests.batches import ids
+from tests.test_worker_faults import run_script
 
 
 def batches(
@@ -78,12 +81,32 @@ def test_persistent_workers_across_epochs_and_a_resume(lance_rows: Any) -> None:
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 @pytest.mark.slow
 def test_workers_under_every_start_method_after_the_parent_used_the_table(
-    lance_rows: Any, context: str
+    lance_rows: Any, context: str, tmp_path: Path
 ) -> None:
-    lance_rows.to_arrow()  # the parent has the table open and has read it
-    expected = batches(lance_rows, batch=100)
-    got = batches(lance_rows, batch=100, num_workers=2, multiprocessing_context=context)
-    assert got == expected
+    """A training script that opened and read the table, then starts workers: same batches.
+
+    Run as its own script, as a user runs it: the parent is the script, not this pytest
+    process, whose Lance threads may still be busy with earlier tests' reads when torch
+    forks (Lance is not fork-safe then: README, "Worker processes and fork")."""
+    root = Path(lance_rows.to_lance().uri).parent
+    out = tmp_path / "batches.json"
+    done = run_script(
+        tmp_path / "train.py",
+        f"""
+        import lancedb, orjson
+        from tests.test_loader_behaviour import batches
+
+        if __name__ == "__main__":
+            table = lancedb.connect({str(root)!r}).open_table({lance_rows.name!r})
+            table.to_arrow()  # the parent has the table open and has read it
+            expected = batches(table, batch=100)
+            got = batches(table, batch=100, num_workers=2, multiprocessing_context={context!r})
+            open({str(out)!r}, "wb").write(orjson.dumps([expected, got]))
+        """,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected, got = orjson.loads(out.read_bytes())
+    assert got == expected and sorted(flat(got)) == list(range(600))
 
 
 def test_set_epoch_and_state_after_the_last_batch(lance_rows: Any) -> None:

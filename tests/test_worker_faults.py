@@ -33,7 +33,14 @@ LIMIT_S = 4.0
 
 
 def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    path.write_text(textwrap.dedent(body))
+    """Run `body` as a script; one that hangs prints every thread's stack and exits 1 before
+    `timeout_s`, so the test's failure says where it was stuck."""
+    stacks = (
+        f"import faulthandler; faulthandler.dump_traceback_later({timeout_s - 10:g}, exit=True)"
+    )
+    text = textwrap.dedent(body)
+    # on the script's first line, empty in every body here, so the lines keep their numbers
+    path.write_text(stacks + text if text.startswith("\n") else f"{stacks}\n{text}")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.run(
         [sys.executable, str(path)],
