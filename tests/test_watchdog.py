@@ -58,7 +58,7 @@ def test_torchs_timeout_bounds_the_wait_for_a_stopped_worker(
     one is set once the workers run (persistent: the next `for` reuses them; the limit is
     read when an iteration starts)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the script's loader puts the file
-    # the old code waited data_timeout_s (600 s): run_script's 120 s limit fails the test
+    # the old code waited data_timeout_s (600 s): the script's 300 s limit fails the test
     result = stop_a_worker(
         tmp_path,
         "timeout=300, persistent_workers=True",

@@ -95,6 +95,7 @@ def stop_a_worker(tmp_path: Path, loader_args: str, warm_up: str = "") -> dict[s
         if __name__ == "__main__":
             main()
         """,
+        timeout_s=300,  # a loaded machine starts the script slowly; the wait is timed inside
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = orjson.loads(out.read_bytes())
