@@ -248,11 +248,13 @@ def test_checkpoint_save_reaches_the_timeline_and_a_kill_reads_crashed(
     expect(page.get_by_text("Running: 1 of 1 ranks reporting")).to_be_visible()
     live.job.send_signal(signal.SIGKILL)
     killed = time.monotonic()
-    expect(page.get_by_text(re.compile("^Crashed: every rank stopped reporting"))).to_be_visible(
-        timeout=30_000
-    )
+    # the rule says 20 beats (20 s here; pinned exactly by tests/test_status_rules.py); the
+    # page adds its refresh and a loaded machine its delays: a broken rule (no crash, or the
+    # 120 s no-step limit) still fails this bound
+    crashed = page.get_by_text(re.compile("^Crashed: every rank stopped reporting"))
+    expect(crashed).to_be_visible(timeout=60_000)
     seen_after = time.monotonic() - killed
-    assert seen_after < 30, f"crash shown {seen_after:.1f} s after the kill"
+    assert 18 < seen_after < 60, f"crash shown {seen_after:.1f} s after the kill"
     expect(page.get_by_text("crashed: every rank stopped reporting after step 10")).to_be_visible()
     page.get_by_test_id("stRadio").get_by_text("global step").click()  # the step axis
     expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(1, timeout=10_000)
