@@ -31,8 +31,11 @@ def rank_main(rank: int, api: str, run: str, folder: str) -> None:
     it = iter(dl)
     for _ in range(STEPS):
         next(it)
-    while dl._telemetry.client.sent == 0:  # type: ignore[attr-defined]
-        time.sleep(0.05)  # its first report is in: it is on the page
+    client = dl._telemetry.client  # type: ignore[attr-defined]
+    for _ in range(2):  # two sends after its last step: one built after it, step 5, is in
+        sent = client.sent
+        while client.sent == sent:
+            time.sleep(0.05)
     Path(folder, f"ready-{rank}").touch()
     if rank == 1:
         while not all(Path(folder, f"ready-{r}").exists() for r in range(WORLD)):
