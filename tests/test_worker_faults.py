@@ -7,9 +7,11 @@ workers are alive.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -122,6 +124,57 @@ def test_a_stopped_worker_fails_the_rank_within_the_limit_naming_it(
     assert f"data_timeout_s={LIMIT_S:g}" in result["message"]
     # the main thread was blocked on the stopped worker: only killing the workers freed it
     assert "They were killed" in result["message"]
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn", "fork"])
+def test_workers_leave_when_their_main_process_is_killed(tmp_path: Path, context: str) -> None:
+    """Under forkserver (the default) a worker's parent is the forkserver, which torch's
+    own check watches, and which stays up while the workers hold its pipe: a main process
+    killed by SIGKILL left both workers running for good (seen alive 12 s and 86 min on)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import threading
+            from loader import StreamingDataLoader, StreamingDataset
+            from tests.tables import make_rows
+
+            if __name__ == "__main__":
+                ds = StreamingDataset(make_rows(0, 400), num_splits=2)
+                dl = StreamingDataLoader(
+                    ds, batch_size=10, num_workers=2, persistent_workers=True,
+                    multiprocessing_context={context!r},
+                )
+                next(iter(dl))
+                print(*dl.worker_pids, flush=True)
+                threading.Event().wait()  # "training" until it is killed
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    main = subprocess.Popen(
+        [sys.executable, str(script)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert main.stdout is not None
+        workers = [int(pid) for pid in main.stdout.readline().split()]
+        assert len(workers) == 2 and all(_running(pid) for pid in workers), workers
+    finally:
+        main.kill()
+        main.wait(60)
+    try:
+        wait_until(
+            lambda: not any(_running(pid) for pid in workers), 30, f"workers {workers} to leave"
+        )
+    finally:  # never leave them behind, even when the test fails
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """`pid` is a live process (a zombie waiting for its parent to reap it has left)."""
+    return process_state(pid) not in ("gone", "a zombie", "dead")
 
 
 UNGUARDED = """

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from loader.workers.preemption import outlive_sigterm
+from loader.workers.preemption import leave_with, outlive_sigterm
 
 DUMP_SIGNAL = signal.SIGUSR2
 ANSWER_S = 3.0  # how long a signalled worker gets to write its stacks
@@ -45,9 +45,15 @@ class WorkerStacks:
     def __init__(self, folder: Path, user_init: Callable[[int], Any] | None) -> None:
         self.folder = folder
         self.user_init = user_init
+        self.main_pid = os.getpid()  # a forked worker's main process: the one that built it
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled by the process that starts the workers (forkserver, spawn): their main
+        return {**self.__dict__, "main_pid": os.getpid()}
 
     def __call__(self, worker_id: int) -> None:
         outlive_sigterm()  # before anything can fail: see preemption.py
+        leave_with(self.main_pid)
         with contextlib.suppress(OSError, ValueError, RuntimeError):  # never fail a worker
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             out = open(_worker_file(self.folder, os.getpid()), "w", encoding="utf-8")  # noqa: SIM115
