@@ -2,8 +2,8 @@
 
 - `crash`: reads 7 batches with telemetry on, saves a checkpoint the way the README shows
   (`checkpoint.save(dl.state_dict(), path)`, no other call), reads 3 more, writes
-  `DIR/ready`, then keeps "training" (its telemetry thread keeps reporting) until the test
-  SIGKILLs it: a crash with no `close()` and no exit handler.
+  `DIR/ready`, then keeps training at a step every 0.5 s until the test SIGKILLs it: a crash
+  with no `close()` and no exit handler.
 - `finish`: states `total_epochs=1`, reads the whole epoch of a packed token table (blocks of
   `SEQ_LEN` tokens, so the page shows tokens) and exits normally (the client's exit handler
   sends `closed`).
@@ -47,7 +47,10 @@ def main(mode: str, folder: str, api: str, run_id: str) -> None:
     for _ in range(3):
         next(it)
     Path(folder, "ready").touch()
-    threading.Event().wait()  # until SIGKILL
+    pace = threading.Event()
+    for _ in it:  # keeps training, a step every 0.5 s: a run that stops stepping reads stalled
+        pace.wait(0.5)
+    pace.wait()  # until SIGKILL
 
 
 if __name__ == "__main__":
