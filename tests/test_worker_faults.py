@@ -34,6 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 4.0
 
 
+def _script_env() -> dict[str, str]:
+    """This environment, with the project importable by a script run from anywhere."""
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
 def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     """Run `body` as a script; one that hangs prints every thread's stack and exits 1 before
     `timeout_s`, so the test's failure says where it was stuck."""
@@ -43,7 +48,7 @@ def run_script(path: Path, body: str, timeout_s: float = 120) -> subprocess.Comp
     text = textwrap.dedent(body)
     # on the script's first line, empty in every body here, so the lines keep their numbers
     path.write_text(stacks + text if text.startswith("\n") else f"{stacks}\n{text}")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = _script_env()
     return subprocess.run(
         [sys.executable, str(path)],
         cwd=ROOT,
@@ -151,7 +156,7 @@ def test_workers_leave_when_their_main_process_is_killed(tmp_path: Path, context
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = _script_env()
     main = subprocess.Popen(
         [sys.executable, str(script)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
     )
