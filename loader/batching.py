@@ -58,6 +58,16 @@ def default_read_size(tokens_per_unit: int | None, field_bytes: int = 32) -> int
     return max(1, READ_BYTES // (field_bytes + 4) // tokens_per_unit)
 
 
+def default_read(dataset: Readable) -> int:
+    """Units per read when the user gives none (`default_read_size`). A mixture's read
+    makes one take per dataset, each with a fixed cost (~0.35 ms on Lance, whatever its
+    rows), so its default holds one default read per dataset: each dataset's take is then,
+    on average, as long as its read alone (benchmarks/README.md, issue #27)."""
+    units = dataset.units
+    size = default_read_size(units.tokens_per_unit, units.field_bytes)
+    return size * len(dataset.datasets) if isinstance(dataset, MixedDataset) else size
+
+
 def batching_of(
     dataset: Readable,
     batch_size: int | None,

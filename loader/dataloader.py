@@ -152,8 +152,7 @@ class StreamingDataLoader(DataLoader[Any]):
             reads_in_flight = auto_reads_in_flight(dataset.source.spec, num_workers)
         self.reads_in_flight = reads_in_flight
         if read_size is None:
-            units = dataset.units
-            read_size = batching.default_read_size(units.tokens_per_unit, units.field_bytes)
+            read_size = batching.default_read(dataset)
         read_size = args.integer("read_size", read_size, 1)
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)

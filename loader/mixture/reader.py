@@ -45,13 +45,12 @@ class MixReader:
             for k, _ in task.groups
         )
         if rows:  # plain rows: numeric columns copied once, straight into place
-            reads = [
-                self.readers[k].read(self._positions(task, g), sub_reads)
-                for g, (k, _) in enumerate(task.groups)
-            ]
-            placed = _placed(task, reads)
-            if placed is not None:
-                return placed
+            reads, placement = [], Placement(task)
+            for g, (k, _) in enumerate(task.groups):
+                reads.append(self.readers[k].read(self._positions(task, g), sub_reads))
+                placement.add(g, *reads[-1])  # while the read is fresh in the cache
+            if placement.complete:
+                return placement.batches()
             parts = [
                 _split(table_to_batch(table, order), t.sizes)
                 for (table, order), (_, t) in zip(reads, task.groups, strict=True)
@@ -91,39 +90,70 @@ def _split(whole: dict[str, Any], sizes: tuple[int, ...]) -> SlicedRead:
     return SlicedRead(whole, np.cumsum((0, *sizes)).tolist(), cut_columns)
 
 
-def _placed(task: MixTask, reads: list[tuple[pa.Table, NDArray[np.int64]]]) -> SlicedRead | None:
-    """The task's batches as slices of one buffer (`one_buffer`, as a single dataset's read),
-    each group's rows copied from its read straight into their places, one kernel call per
-    (column, group); None when a column is not numeric, has nulls, or differs in type
-    between datasets (then the general join, which also names the problem)."""
-    names = reads[0][0].column_names
-    if any(table.column_names != names for table, _ in reads):
-        return None
-    columns: dict[str, list[NDArray[Any]]] = {}
-    for name in names:
-        arrays = []
-        for table, _ in reads:
-            column = single_array(table.column(name))
-            values = column_to_numpy(column) if null_count(column) == 0 else None
-            if values is None:
-                return None
-            arrays.append(values)
-        if any(a.dtype != arrays[0].dtype or a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+def _numeric_columns(table: pa.Table) -> dict[str, NDArray[Any]] | None:
+    """A read's columns as NumPy views, or None when one is not numeric or has nulls."""
+    columns = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        array = single_array(column)
+        values = column_to_numpy(array) if null_count(array) == 0 else None
+        if values is None:
             return None
-        columns[name] = arrays
-    kinds = {name: arrays[0] for name, arrays in columns.items()}
-    outs = one_buffer({**kinds, SOURCE_FIELD: np.empty(0, np.int64)}, sum(task.sizes))
-    if outs is None:
-        return None
-    places = task.places()
-    for name, arrays in columns.items():
-        dest = _as_words(outs[name].numpy())
-        for values, (_, order), at in zip(arrays, reads, places, strict=True):
-            _place_rows(_as_words(values), order, dest, at)
-    sources = outs[SOURCE_FIELD].numpy()
-    for (k, _), at in zip(task.groups, places, strict=True):
-        sources[at] = k
-    return _split(outs, task.sizes)
+        columns[name] = values
+    return columns
+
+
+class Placement:
+    """A task's batches as slices of one buffer (`one_buffer`, as a single dataset's read),
+    each read's rows copied straight into their places as soon as it is read (while it is
+    still in the cache), one kernel call per (column, read). Incomplete when a column is
+    not numeric, has nulls, or differs in name, type or width between datasets (then the
+    general join, which also names the problem)."""
+
+    def __init__(self, task: MixTask) -> None:
+        self.task = task
+        self.places = task.places()
+        self.outs: dict[str, torch.Tensor] | None = None
+        self.placed = 0  # reads placed, in group order
+        self.failed = False
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and self.placed == len(self.task.groups)
+
+    def add(self, group: int, table: pa.Table, order: NDArray[np.int64]) -> None:
+        """Place group `group`'s read (rows in ascending position order, `order` restoring
+        the group's stream order)."""
+        if self.failed or group != self.placed:
+            self.failed = True
+            return
+        columns = _numeric_columns(table)
+        outs = self.outs
+        if columns is not None and outs is None:
+            kinds = {**columns, SOURCE_FIELD: np.empty(0, np.int64)}
+            outs = self.outs = one_buffer(kinds, sum(self.task.sizes))
+        if columns is None or outs is None or not _fits(columns, outs):
+            self.failed = True
+            return
+        at = self.places[group]
+        for name, values in columns.items():
+            _place_rows(_as_words(values), order, _as_words(outs[name].numpy()), at)
+        outs[SOURCE_FIELD].numpy()[at] = self.task.groups[group][0]
+        self.placed += 1
+
+    def batches(self) -> SlicedRead:
+        assert self.outs is not None and self.complete
+        return _split(self.outs, self.task.sizes)
+
+
+def _fits(columns: dict[str, NDArray[Any]], outs: dict[str, torch.Tensor]) -> bool:
+    """Whether a read's columns are the buffer's (names in order, dtypes, row shapes)."""
+    if list(columns) != [name for name in outs if name != SOURCE_FIELD]:
+        return False
+    for name, values in columns.items():
+        out = outs[name].numpy()
+        if values.dtype != out.dtype or values.shape[1:] != out.shape[1:]:
+            return False
+    return True
 
 
 def _as_words(values: NDArray[Any]) -> NDArray[Any]:

@@ -94,9 +94,20 @@ def _ragged_type(t: pa.DataType) -> bool:
 def null_count(arr: pa.Array) -> int:
     """Nulls of a column, those inside its lists included (a tensor has none of either)."""
     nulls = arr.null_count
-    if pat.is_fixed_size_list(arr.type) or pat.is_list(arr.type) or pat.is_large_list(arr.type):
+    if pat.is_fixed_size_list(arr.type):
+        nulls += _fixed_values(arr).null_count
+    elif pat.is_list(arr.type) or pat.is_large_list(arr.type):
         nulls += arr.flatten().null_count
     return int(nulls)
+
+
+def _fixed_values(arr: pa.FixedSizeListArray) -> pa.Array:
+    """A fixed-size list column's values, its nulls' slots left out: a slice of the child
+    array when no list is null (`flatten` costs ~0.1 ms a call on a fresh read)."""
+    if arr.null_count:
+        return arr.flatten()
+    width = arr.type.list_size
+    return arr.values.slice(arr.offset * width, len(arr) * width)
 
 
 def _check_no_nulls(name: str, arr: pa.Array) -> None:
@@ -116,7 +127,7 @@ def column_to_numpy(arr: pa.Array) -> NDArray[Any] | None:
         return arr.to_numpy(zero_copy_only=False)
     if pat.is_fixed_size_list(arr.type) and _numeric_type(arr.type.value_type):
         width = arr.type.list_size
-        values = arr.flatten().to_numpy(zero_copy_only=False)
+        values = _fixed_values(arr).to_numpy(zero_copy_only=False)
         return values.reshape(len(arr), width)  # (rows, width)
     return None
 
