@@ -84,7 +84,8 @@ class StreamingDataLoader(DataLoader[Any]):
             are the same whatever it is; it trades memory in flight for fewer, longer reads.
             Default 8192 rows; with pack_sequences it counts blocks, default 2**18 tokens'
             worth (128 blocks of 2048), more for a narrow batch (576 blocks of 2048 with
-            int32 input_ids alone: reads of about the same bytes).
+            int32 input_ids alone: reads of about the same bytes). A mixture's default is
+            that of its datasets times their number (one take per dataset a read).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
             read includes starting the workers). torch's `timeout=` applies the same way

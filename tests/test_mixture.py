@@ -434,3 +434,43 @@ def test_a_tiny_dataset_repeating_inside_a_step_is_one_read(
     slow, _ = batches(4096)  # pass by pass, as before
     for one, other in zip(fast, slow, strict=True):
         assert torch.equal(one["id"], other["id"]) and torch.equal(one["source"], other["source"])
+
+
+def test_a_mixtures_default_read_holds_one_default_read_per_dataset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 27 point 7: a mixture's read makes one take per dataset, each with a fixed
+    cost, so by default it reads as many rows as the datasets would read alone, together
+    (3 × 8,192 rows here): a third of the takes of 8,192-row reads, the same batches."""
+    from loader.read.reader import BatchReader
+
+    sizes = [30_000, 20_000, 10_000]
+    starts = [0, *itertools.accumulate(sizes)]
+    real_read = BatchReader.read
+
+    def run(read_size: int | None) -> tuple[list[list[int]], list[int]]:
+        reads: list[int] = []
+
+        def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
+            reads.append(len(positions))
+            return real_read(self, positions, sub_reads)
+
+        monkeypatch.setattr(BatchReader, "read", counted)
+        datasets = [
+            StreamingDataset(make_rows(a, a + n).select(["id", "label"]), num_splits=4)
+            for a, n in zip(starts, sizes, strict=False)
+        ]
+        kw = {} if read_size is None else {"read_size": read_size}
+        loader = StreamingDataLoader(MixedDataset(datasets), global_batch_size=1024, **kw)
+        ids = [batch["id"].tolist() for batch in loader]
+        return ids, reads
+
+    default, default_reads = run(None)
+    small, small_reads = run(8192)
+    steps = len(default)  # 59 steps of 1,024 rows: reads of 24 steps, or of 8
+    assert default == small and steps == -(-sum(sizes) // 1024) == 59
+    assert sum(default_reads) == sum(small_reads) == steps * 1024
+    # a read per dataset, and one more where a pass ends inside the read
+    assert 3 * -(-steps // 24) <= len(default_reads) <= 3 * -(-steps // 24) + 3
+    assert 3 * -(-steps // 8) <= len(small_reads) <= 3 * -(-steps // 8) + 3
+    assert len(default_reads) * 2 < len(small_reads)
