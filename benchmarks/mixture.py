@@ -11,7 +11,8 @@ rounds (the machine is shared).
 
 - single: StreamingDataset(100k table, S=48, clump 1024) + StreamingDataLoader(batch 1024)
 - mixture: the three tables (S=16 each, clump 1024) at weights 6:3:1 (their sizes, so one
-  epoch reads each once), StreamingDataLoader(global_batch_size=1024)
+  epoch reads each once), StreamingDataLoader(global_batch_size=1024) (its default reads:
+  8,192 rows per dataset, 24,576 a read, against the single table's 8,192)
 - litdata: CombinedStreamingDataset(3 StreamingDatasets(shuffle=True), iterate_over_all=True)
   + litdata.StreamingDataLoader(batch_size=1024)
 

@@ -131,15 +131,18 @@ class FaultProxy:
             links = list(self._links)
         for link in links:
             link.close()
-        for thread in list(self._threads):
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout=10)
 
     # -- internals ----------------------------------------------------------------------
 
     def _start(self, target: object, name: str, *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=f"proxy-{name}", daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        thread.start()  # before it is listed: close() joins only started threads
+        with self._lock:
+            self._threads.append(thread)
 
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
@@ -147,8 +150,8 @@ class FaultProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # the listener was closed
-            self._threads = [t for t in self._threads if t.is_alive()]
             with self._lock:
+                self._threads = [t for t in self._threads if t.is_alive()]
                 full = len(self._links) >= self._max
                 self.counts.refused += full
             if full:
