@@ -13,13 +13,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import torch.multiprocessing as mp
 
 from loader import StreamingDataLoader, StreamingDataset
+from tests.net import wait_until
 
 WORLD, STEPS = 3, 5
 
@@ -34,12 +34,11 @@ def rank_main(rank: int, api: str, run: str, folder: str) -> None:
     client = dl._telemetry.client  # type: ignore[attr-defined]
     for _ in range(2):  # two sends after its last step: one built after it, step 5, is in
         sent = client.sent
-        while client.sent == sent:
-            time.sleep(0.05)
+        wait_until(lambda sent=sent: client.sent != sent, 120, "a report sent after step 5")
     Path(folder, f"ready-{rank}").touch()
     if rank == 1:
-        while not all(Path(folder, f"ready-{r}").exists() for r in range(WORLD)):
-            time.sleep(0.05)
+        ready = [Path(folder, f"ready-{r}") for r in range(WORLD)]
+        wait_until(lambda: all(p.exists() for p in ready), 120, "every rank ready")
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Event().wait()  # "training" until the launcher terminates it
 
