@@ -333,44 +333,6 @@ def test_ragged_columns_and_row_transforms_join(tmp_path: Path) -> None:
     assert [i >= 200 for i in batch["id"].tolist()] == [s == 1 for s in batch["source"].tolist()]
 
 
-def typed_table(base: int, rows: int) -> pa.Table:
-    """Every fixed-width kind a row can hold, each value derived from the row's id."""
-    ids = list(range(base, base + rows))
-    return pa.table(
-        {
-            "id": pa.array(ids, pa.int64()),
-            "small": pa.array([i % 100 - 50 for i in ids], pa.int8()),
-            "half": pa.array([i / 4 for i in ids], pa.float16()),
-            "flag": pa.array([i % 3 == 0 for i in ids], pa.bool_()),
-            "wide": pa.array([float(i) * 1.5 for i in ids], pa.float64()),
-            "pair": pa.array([[i % 7, -i % 5, i % 3] for i in ids], pa.list_(pa.int16(), 3)),
-            "vec": pa.array(
-                [[i + k / 8 for k in range(5)] for i in ids], pa.list_(pa.float32(), 5)
-            ),
-        }
-    )
-
-
-def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.MonkeyPatch) -> None:
-    def batches() -> list[dict[str, Any]]:
-        datasets = [
-            StreamingDataset(typed_table(k * 1000, rows), num_splits=splits, shuffle_seed=k)
-            for k, (rows, splits) in enumerate([(50, 3), (31, 2), (17, 1)])
-        ]
-        mix = MixedDataset(datasets, [3, 2, 1], seed=4)
-        loader = StreamingDataLoader(mix, global_batch_size=12, read_size=36)  # 3 steps a read
-        return [batch for _ in range(2) for batch in loader]
-
-    placed = batches()
-    monkeypatch.setattr("loader.mixture.reader._numeric_columns", lambda table: None)
-    joined = batches()
-    assert len(placed) == len(joined) > 8
-    for one, other in zip(placed, joined, strict=True):
-        assert list(one) == list(other)
-        for key in one:
-            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
-
-
 @pytest.mark.filterwarnings("ignore:pack_sequences=4 is longer")
 def test_a_packed_mixture_goes_on_past_a_pass_without_a_whole_block() -> None:
     """Issue 24 item 8: a small packed dataset whose pass holds no whole block (seven short
@@ -434,43 +396,3 @@ def test_a_tiny_dataset_repeating_inside_a_step_is_one_read(
     slow, _ = batches(4096)  # pass by pass, as before
     for one, other in zip(fast, slow, strict=True):
         assert torch.equal(one["id"], other["id"]) and torch.equal(one["source"], other["source"])
-
-
-def test_a_mixtures_default_read_holds_one_default_read_per_dataset(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 27 point 7: a mixture's read makes one take per dataset, each with a fixed
-    cost, so by default it reads as many rows as the datasets would read alone, together
-    (3 × 8,192 rows here): a third of the takes of 8,192-row reads, the same batches."""
-    from loader.read.reader import BatchReader
-
-    sizes = [30_000, 20_000, 10_000]
-    starts = [0, *itertools.accumulate(sizes)]
-    real_read = BatchReader.read
-
-    def run(read_size: int | None) -> tuple[list[list[int]], list[int]]:
-        reads: list[int] = []
-
-        def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
-            reads.append(len(positions))
-            return real_read(self, positions, sub_reads)
-
-        monkeypatch.setattr(BatchReader, "read", counted)
-        datasets = [
-            StreamingDataset(make_rows(a, a + n).select(["id", "label"]), num_splits=4)
-            for a, n in zip(starts, sizes, strict=False)
-        ]
-        kw = {} if read_size is None else {"read_size": read_size}
-        loader = StreamingDataLoader(MixedDataset(datasets), global_batch_size=1024, **kw)
-        ids = [batch["id"].tolist() for batch in loader]
-        return ids, reads
-
-    default, default_reads = run(None)
-    small, small_reads = run(8192)
-    steps = len(default)  # 59 steps of 1,024 rows: reads of 24 steps, or of 8
-    assert default == small and steps == -(-sum(sizes) // 1024) == 59
-    assert sum(default_reads) == sum(small_reads) == steps * 1024
-    # a read per dataset, and one more where a pass ends inside the read
-    assert 3 * -(-steps // 24) <= len(default_reads) <= 3 * -(-steps // 24) + 3
-    assert 3 * -(-steps // 8) <= len(small_reads) <= 3 * -(-steps // 8) + 3
-    assert len(default_reads) * 2 < len(small_reads)

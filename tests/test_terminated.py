@@ -20,17 +20,19 @@ from tests.net import get_json, wait_until
 pytestmark = pytest.mark.slow  # real processes (each imports torch through `loader`)
 
 PROCESS = """
-import sys, time
+import sys, threading, time
 from loader.telemetry.client import TelemetryClient
 rank, world = int(sys.argv[3]), int(sys.argv[4])
 static = {{"rank": rank, "world_size": world, "num_splits": world, "rows_per_split": 10}}
 client = TelemetryClient(sys.argv[1], sys.argv[2], static, interval_s=0.2, timeout_s=2.0)
 client.set_snapshot(lambda: {{"epoch": 0, "step": int(time.time() * 10), "global_step": 0}})
+deadline = time.monotonic() + 60
 while client.sent == 0:
-    time.sleep(0.05)
+    if time.monotonic() > deadline:
+        sys.exit("no report sent within 60 s")
+    time.sleep(0.05)  # the polling interval
 print("ready", flush=True)
-while True:
-    time.sleep(0.05)
+threading.Event().wait()  # "training" until the test terminates it
 """
 
 

@@ -48,7 +48,7 @@ class MixReader:
             reads, placement = [], Placement(task)
             for g, (k, _) in enumerate(task.groups):
                 reads.append(self.readers[k].read(self._positions(task, g), sub_reads))
-                placement.add(g, *reads[-1])  # while the read is fresh in the cache
+                placement.add(*reads[-1])  # while the read is fresh in the cache
             if placement.complete:
                 return placement.batches()
             parts = [
@@ -120,12 +120,12 @@ class Placement:
     def complete(self) -> bool:
         return not self.failed and self.placed == len(self.task.groups)
 
-    def add(self, group: int, table: pa.Table, order: NDArray[np.int64]) -> None:
-        """Place group `group`'s read (rows in ascending position order, `order` restoring
-        the group's stream order)."""
-        if self.failed or group != self.placed:
-            self.failed = True
+    def add(self, table: pa.Table, order: NDArray[np.int64]) -> None:
+        """Place the next group's read (rows in ascending position order, `order` restoring
+        the group's stream order); groups come in order."""
+        if self.failed:
             return
+        group = self.placed
         columns = _numeric_columns(table)
         outs = self.outs
         if columns is not None and outs is None:

@@ -74,10 +74,8 @@ def take_in_parts(
     reads_in_flight: int,
 ) -> pa.Table:
     """`take(positions)` as up to `reads_in_flight` sub-reads at once, concatenated in order."""
-    if pool is None:
-        return take(positions)
-    bounds = parts_of(len(positions), reads_in_flight)
-    if len(bounds) == 1:
+    bounds = parts_of(len(positions), reads_in_flight) if pool is not None else []
+    if pool is None or len(bounds) == 1:  # no part bounds computed without a pool
         return take(positions)
     futures = [pool.submit(take, positions[a:b]) for a, b in bounds]
     return pa.concat_tables([f.result() for f in futures])
