@@ -1,9 +1,13 @@
-"""The collector under test, in-process: an app on its own database behind FastAPI's
-TestClient, and the few calls the collector's tests make on it (written once here)."""
+"""The collector under test: in-process, an app on its own database behind FastAPI's
+TestClient, and the few calls the collector's tests make on it (written once here); or as
+a deployment runs it, plain uvicorn in its own process (`collector_process`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +15,35 @@ from typing import Any
 import orjson
 from fastapi.testclient import TestClient
 
-from dashboard.collector.config import Settings
+from dashboard.collector.config import ENV_DB, ENV_HOST, ENV_TOKEN, Settings
 from dashboard.collector.main import create_app
 from dashboard.synthetic import SyntheticRun, synthetic_events
+from tests.net import free_port
 
 # TestClient's default Host ("testserver") is not one the collector serves.
 LOCAL = "http://127.0.0.1"
 JSON = {"Content-Type": "application/json"}
+
+
+@contextlib.contextmanager
+def collector_process(
+    db: Path, bind: str = "127.0.0.1", env_host: str | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`uvicorn --factory dashboard.collector.main:create_app --host BIND`, no token, in its
+    own process (no test's GIL slows its answers); the process and its URL, stopped after."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_HOST, ENV_TOKEN)}
+    env[ENV_DB] = str(db)
+    if env_host:
+        env[ENV_HOST] = env_host
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "--factory", "dashboard.collector.main:create_app"]
+    cmd += ["--host", bind, "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        yield proc, f"http://{bind}:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,6 @@ usable: every view of it still answers 200.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,14 +21,14 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dashboard.collector.config import ENV_DB, ENV_HOST, ENV_TOKEN, Settings
+from dashboard.collector.config import Settings
 from dashboard.collector.guard import Guard
 from dashboard.collector.main import create_app
 from dashboard.collector.models import EventIn
 from dashboard.collector.store import Retention, Store
 from dashboard.synthetic import SyntheticRun, synthetic_events
-from tests.collector_api import JSON, collector_client, dump, post
-from tests.net import free_port, wait_until
+from tests.collector_api import JSON, collector_client, collector_process, dump, post
+from tests.net import wait_until
 
 NOW = time.time()
 LIVE = SyntheticRun("live", 4, 8, 1_000, 20, NOW - 30)
@@ -274,18 +271,6 @@ def test_without_a_token_another_local_address_is_refused_in_the_scope(tmp_path:
         assert post(client, [_event()], Authorization="Bearer t").status_code == 202
 
 
-def _uvicorn(db: Path, bind: str, env_host: str | None) -> tuple[subprocess.Popen[bytes], str]:
-    """`uvicorn --factory dashboard.collector.main:create_app --host BIND`, no token."""
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_HOST, ENV_TOKEN)}
-    env[ENV_DB] = str(db)
-    if env_host:
-        env[ENV_HOST] = env_host
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", "dashboard.collector.main:create_app"]
-    cmd += ["--host", bind, "--port", str(port), "--log-level", "warning"]
-    return subprocess.Popen(cmd, env=env), f"http://{bind}:{port}"
-
-
 def _status(url: str, body: bytes | None = None) -> int:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(url, body, JSON if body else {})
@@ -308,14 +293,10 @@ def test_plain_uvicorn_on_another_address_without_token_serves_nothing(tmp_path:
     """
     body = orjson.dumps({"events": [_event()]})
     for env_host, expected in ((None, 403), ("127.0.0.2", 202)):
-        proc, url = _uvicorn(tmp_path / f"{expected}.db", "127.0.0.2", env_host)
-        try:
-            wait_until(lambda: _status(url + "/health") != 0, 60, "uvicorn")  # noqa: B023
+        with collector_process(tmp_path / f"{expected}.db", "127.0.0.2", env_host) as (_, url):
+            wait_until(lambda: _status(url + "/health") != 0, 60, "uvicorn")
             assert _status(url + "/api/events", body) == expected
             assert _status(url + "/health") == (200 if expected == 202 else 403)
-        finally:
-            proc.terminate()
-            proc.wait(30)
 
 
 # --- 10.14: the OpenAPI document says what the routes answer -------------------------------

@@ -106,6 +106,8 @@ POSITION_KEYS = (  # G and the batch size too: a batch_schedule changes them, an
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
 
+HTTP_TIMEOUT_S = 1.0  # a POST's default timeout; `close()` waits at most twice this
+
 
 class TelemetryWarning(RuntimeWarning):
     """Issued once per client when events start being dropped; filter it to silence it."""
@@ -195,7 +197,7 @@ class TelemetryClient:
         *,
         token: str | None = None,
         interval_s: float = 1.0,
-        timeout_s: float = 1.0,
+        timeout_s: float | None = None,
         max_queue: int = 1024,
     ) -> None:
         self.run_id = check_run_id(run_id)
@@ -204,7 +206,7 @@ class TelemetryClient:
         self.static.setdefault("host", socket.gethostname())
         self.static["heartbeat_s"] = interval_s  # the collector's thresholds start from it
         self.interval_s = interval_s
-        self.timeout_s = timeout_s
+        self.timeout_s = HTTP_TIMEOUT_S if timeout_s is None else timeout_s
         self.sent = 0
         self.dropped = 0
         # No proxies: a cluster-local collector reached through $http_proxy would be a surprise.
@@ -391,7 +393,7 @@ class TelemetryClient:
                 self._send(self._drain())
             self._send_last(self._drain())
         except Exception:  # e.g. `-W error` turning the warning into an exception
-            logger.exception("telemetry sender stopped; events are dropped from now on")
+            logger.exception("telemetry sender stopped; this rank's later events are dropped")
 
     def _send_last(self, events: list[dict[str, Any]]) -> None:
         """The final batch, ending with `closed`: retried (0.05 s doubling to 0.4 s apart)
@@ -444,7 +446,7 @@ class TelemetryClient:
             self._warned = True
             warnings.warn(
                 f"elastic-loader telemetry: cannot reach {self.endpoint} ({_reason(exc)}); "
-                "dropping events from now on, training continues",
+                "dropping events until it answers (retried up to 30 s apart), training continues",
                 TelemetryWarning,
                 stacklevel=2,
             )
