@@ -5,8 +5,8 @@ Data (built once under benchmarks/data/mixture/, ~53 MB): three LanceDB tables o
 30,000 and 10,000 rows (id, x float32[128], label: 528 B a row, `build_data.make_batch`),
 one table holding the same 100,000 rows, and LitData `optimize` output of the three.
 Every loader reads --epochs epochs of those 100,000 rows in batches of 1,024, shuffled,
-no workers (or --workers), in this process, timed from its first `for` (building it not
-timed); the loaders take turns for --rounds rounds and each figure is the median of its
+no workers (or --workers), in a process of its own after --warm untimed epochs (building it
+not timed); the loaders take turns for --rounds rounds and each figure is the median of its
 rounds (the machine is shared).
 
 - single: StreamingDataset(100k table, S=48, clump 1024) + StreamingDataLoader(batch 1024)
@@ -17,14 +17,24 @@ rounds (the machine is shared).
   + litdata.StreamingDataLoader(batch_size=1024)
 
     PYTHONPATH=$PWD benchmarks/.venv/bin/python benchmarks/mixture.py [--rounds 5] [--workers 2]
+
+Why a process each (as in `run.py`): a training job reads through one loader per process,
+and loaders sharing one process share its C heap: how many fresh pages the next
+loader's reads fault in then depends on which loader ran before it (the same mixture, 2,800
+or 11,500 minor page faults an epoch). --one-process runs every measurement in this process
+instead (this benchmark's method before 2026-12-02). Minor page faults an epoch are printed
+with the rates.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -136,18 +146,48 @@ def litdata_mixture(workers: int) -> Any:
     return StreamingDataLoader(combined, batch_size=BATCH, num_workers=workers)
 
 
-def epoch_rate(make: Callable[[int], Any], workers: int, epochs: int) -> tuple[float, float, int]:
+def epoch_rate(
+    make: Callable[[int], Any], workers: int, epochs: int
+) -> tuple[float, float, int, float]:
     """Rows/s of `epochs` epochs of a built loader (its first read included, building it
     not: three tables take three opens, a fixed cost of a run, not of its rows): by the
     wall clock, and by this process's CPU time (all its threads; on a shared machine the
-    steadier figure, and the whole cost where there are no workers)."""
+    steadier figure, and the whole cost where there are no workers); rows, and minor page
+    faults an epoch."""
+    return _timed(make(workers), epochs)
+
+
+def warmed_rate(
+    make: Callable[[int], Any], workers: int, epochs: int, warm: int
+) -> tuple[float, float, int, float]:
+    """`epoch_rate` of one loader after `warm` untimed epochs of it."""
     loader = make(workers)
+    if warm:
+        _timed(loader, warm)
+    return _timed(loader, epochs)
+
+
+def _timed(loader: Any, epochs: int) -> tuple[float, float, int, float]:
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
     rows = 0
     for _ in range(epochs):
         for batch in loader:
             rows += len(batch["id"])
-    return rows / (time.perf_counter() - wall), rows / (time.process_time() - cpu), rows
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return rows / wall, rows / cpu, rows, faults / epochs
+
+
+def fresh_rate(name: str, workers: int, epochs: int, warm: int) -> tuple[float, float, int, float]:
+    """`epoch_rate` of loader `name` in a process of its own, after `warm` untimed epochs."""
+    cmd = [sys.executable, __file__, "--one", name, "--workers", str(workers)]
+    cmd += ["--epochs", str(epochs), "--warm", str(warm)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
+    wall, cpu, rows, faults = json.loads(done.stdout.strip().splitlines()[-1])
+    return wall, cpu, rows, faults
 
 
 def main() -> None:
@@ -155,6 +195,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--epochs", type=int, default=3, help="epochs per measurement")
+    p.add_argument("--warm", type=int, default=1, help="untimed epochs before a measurement")
+    p.add_argument("--one-process", action="store_true", help="every measurement in this process")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # a measurement's own process
     args = p.parse_args()
     try:
         import litdata  # noqa: F401
@@ -162,27 +205,40 @@ def main() -> None:
         has_litdata = True
     except ImportError:
         has_litdata = False
-    build(has_litdata)
     loaders: dict[str, Callable[[int], Any]] = {"single": ours_single, "mixture": ours_mixture}
     if has_litdata:
         loaders["litdata"] = litdata_mixture
-    for make in loaders.values():  # warm: kernels, page cache, imports
-        epoch_rate(make, args.workers, 1)
-    rates: dict[str, list[float]] = {name: [] for name in loaders}
-    cpu: dict[str, list[float]] = {name: [] for name in loaders}
+    if args.one:  # warm the loader itself: kernels, page cache, imports, the heap
+        print(json.dumps(warmed_rate(loaders[args.one], args.workers, args.epochs, args.warm)))
+        return
+    build(has_litdata)
+    if args.one_process and args.warm:
+        for make in loaders.values():  # warm: kernels, page cache, imports
+            epoch_rate(make, args.workers, args.warm)
+    figures: dict[str, dict[str, list[float]]] = {
+        name: {"wall": [], "cpu": [], "faults": []} for name in loaders
+    }
     rows: dict[str, int] = {}
     for _ in range(args.rounds):
         for name, make in loaders.items():
-            wall_rate, cpu_rate, rows[name] = epoch_rate(make, args.workers, args.epochs)
-            rates[name].append(wall_rate)
-            cpu[name].append(cpu_rate)
+            if args.one_process:
+                wall, cpu, rows[name], faults = epoch_rate(make, args.workers, args.epochs)
+            else:
+                wall, cpu, rows[name], faults = fresh_rate(
+                    name, args.workers, args.epochs, args.warm
+                )
+            for key, value in (("wall", wall), ("cpu", cpu), ("faults", faults)):
+                figures[name][key].append(value)
+    where = "one process" if args.one_process else f"a process each, {args.warm} epochs warm"
     print(
-        f"rows per epoch: {rows}; batch {BATCH}; num_workers {args.workers}; {args.rounds} rounds"
+        f"rows per epoch: {rows}; batch {BATCH}; num_workers {args.workers}; {args.rounds} rounds;"
+        f" {where}"
     )
-    for label, figures in (("wall", rates), ("cpu", cpu)):
-        median = {name: statistics.median(r) for name, r in figures.items()}
+    for label in ("wall", "cpu"):
+        median = {name: statistics.median(f[label]) for name, f in figures.items()}
         for name, rate in median.items():
-            spread = f"{min(figures[name]):,.0f}-{max(figures[name]):,.0f}"
+            runs = figures[name][label]
+            spread = f"{min(runs):,.0f}-{max(runs):,.0f}"
             print(f"{label:<5}{name:<8} {rate:>12,.0f} rows/s (median; rounds {spread})")
         print(
             f"{label:<5}mixture / single  = {median['mixture'] / median['single']:.2f}  (target >= 0.9)"
@@ -191,6 +247,8 @@ def main() -> None:
             print(
                 f"{label:<5}mixture / litdata = {median['mixture'] / median['litdata']:.2f}  (target >= 1)"
             )
+    faults = {name: f"{statistics.median(f['faults']):,.0f}" for name, f in figures.items()}
+    print(f"minor page faults an epoch (median): {faults}")
 
 
 if __name__ == "__main__":

@@ -90,3 +90,38 @@ def test_a_mixtures_default_read_holds_one_default_read_per_dataset(
     assert 3 * -(-steps // 24) <= len(default_reads) <= 3 * -(-steps // 24) + 3
     assert 3 * -(-steps // 8) <= len(small_reads) <= 3 * -(-steps // 8) + 3
     assert len(default_reads) * 2 < len(small_reads)
+
+
+def test_a_placement_that_fails_on_a_later_dataset_reads_the_placed_ones_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dataset's read is dropped once placed; when a later dataset's read cannot be placed
+    (here: the last dataset's columns come in another order), the ones placed before it are
+    read again for the general join, which gives what the join of reads kept from the start
+    gives."""
+    real_read = BatchReader.read
+    reads: list[int] = []
+
+    def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
+        reads.append(len(positions))
+        return real_read(self, positions, sub_reads)
+
+    def batches() -> list[dict[str, Any]]:
+        tables = [typed_table(k * 1000, rows) for k, rows in enumerate([40, 30, 20])]
+        tables[2] = tables[2].select(tables[2].column_names[::-1])
+        datasets = [StreamingDataset(t, num_splits=2, shuffle_seed=k) for k, t in enumerate(tables)]
+        loader = StreamingDataLoader(MixedDataset(datasets, [4, 3, 2]), global_batch_size=9)
+        return [batch for _ in range(2) for batch in loader]
+
+    monkeypatch.setattr(BatchReader, "read", counted)
+    again = batches()
+    read_again = len(reads)
+    reads.clear()
+    monkeypatch.setattr("loader.mixture.reader._numeric_columns", lambda table: None)
+    kept = batches()
+    assert read_again > len(reads), "no placed read was read again"
+    assert len(again) == len(kept) > 10
+    for one, other in zip(again, kept, strict=True):
+        assert list(one) == list(other)
+        for key in one:
+            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key

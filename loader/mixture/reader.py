@@ -45,12 +45,20 @@ class MixReader:
             for k, _ in task.groups
         )
         if rows:  # plain rows: numeric columns copied once, straight into place
-            reads, placement = [], Placement(task)
-            for g, (k, _) in enumerate(task.groups):
-                reads.append(self.readers[k].read(self._positions(task, g), sub_reads))
-                placement.add(*reads[-1])  # while the read is fresh in the cache
+            placement, kept = Placement(task), {}
+            for g in range(len(task.groups)):
+                read = self._read(task, g, sub_reads)
+                placement.add(*read)  # while the read is fresh in the cache
+                if placement.failed:
+                    kept[g] = read
+                del read  # placed, dropped before the next take: one held at a time, not K
+                # (benchmarks/README.md: a third fewer fresh pages faulted in an epoch)
             if placement.complete:
                 return placement.batches()
+            reads = [  # the groups placed before the placement failed: read again
+                kept[g] if g in kept else self._read(task, g, sub_reads)
+                for g in range(len(task.groups))
+            ]
             parts = [
                 _split(table_to_batch(table, order), t.sizes)
                 for (table, order), (_, t) in zip(reads, task.groups, strict=True)
@@ -71,6 +79,12 @@ class MixReader:
 
     def __getitem__(self, task: MixTask) -> Sequence[Any]:
         return self.batches(task)
+
+    def _read(
+        self, task: MixTask, group: int, sub_reads: int
+    ) -> tuple[pa.Table, NDArray[np.int64]]:
+        """A group's rows in one read (`BatchReader.read`: ascending, and the order back)."""
+        return self.readers[task.groups[group][0]].read(self._positions(task, group), sub_reads)
 
     def _positions(self, task: MixTask, group: int) -> NDArray[np.int64]:
         """Table positions of a group's rows in stream order; of a group of whole passes,
