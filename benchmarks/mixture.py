@@ -229,9 +229,10 @@ def main() -> None:
                 )
             for key, value in (("wall", wall), ("cpu", cpu), ("faults", faults)):
                 figures[name][key].append(value)
-    where = "one process" if args.one_process else f"a process each, {args.warm} epochs warm"
+    where = "one process" if args.one_process else f"a process each, warm epochs: {args.warm}"
     print(
-        f"rows per epoch: {rows}; batch {BATCH}; num_workers {args.workers}; {args.rounds} rounds;"
+        f"rows per measurement: {rows}; batch {BATCH}; num_workers {args.workers};"
+        f" {args.rounds} rounds;"
         f" {where}"
     )
     for label in ("wall", "cpu"):

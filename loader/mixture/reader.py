@@ -52,7 +52,7 @@ class MixReader:
                 if placement.failed:
                     kept[g] = read
                 del read  # placed, dropped before the next take: one held at a time, not K
-                # (benchmarks/README.md: a third fewer fresh pages faulted in an epoch)
+                # (benchmarks/README.md: a fifth fewer fresh pages faulted in an epoch)
             if placement.complete:
                 return placement.batches()
             reads = [  # the groups placed before the placement failed: read again
