@@ -131,6 +131,7 @@ def _clients(loaders: list[StreamingDataLoader]) -> list[TelemetryClient]:
     return [dl._telemetry.client for dl in loaders]
 
 
+@pytest.mark.usefixtures("patient_telemetry")  # refusals, not load
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_event_of_every_kind_of_loader_is_accepted(
     collector: DashboardHandle, kind: str, tmp_path: Path
@@ -211,6 +212,7 @@ def test_a_run_id_that_cannot_travel_is_refused_when_the_loader_is_built() -> No
         )
 
 
+@pytest.mark.usefixtures("patient_telemetry")  # refusals, not load
 def test_a_path_longer_than_the_collectors_limit_keeps_its_end(
     collector: DashboardHandle,
 ) -> None:
@@ -234,6 +236,7 @@ def test_a_path_longer_than_the_collectors_limit_keeps_its_end(
     assert saved["data"]["path"].endswith("deep/step-7.pt") and len(saved["data"]["path"]) == 4096
 
 
+@pytest.mark.usefixtures("patient_telemetry")  # refusals, not load
 def test_a_batch_ramp_over_shared_splits_reports_the_g_of_its_splits(
     collector: DashboardHandle,
 ) -> None:

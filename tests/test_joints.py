@@ -36,7 +36,6 @@ import pyarrow as pa
 import pytest
 
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, rows_at_step
-from loader.telemetry import client as telemetry_client
 from loader.telemetry.client import TelemetryWarning
 from loader.tools.rows import RunPosition
 from tests import joints
@@ -222,14 +221,10 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("patient_telemetry")  # what is checked is refusals, not load
 @pytest.mark.parametrize("job", SLOW, ids=Job.name)
-def test_a_generated_joint_with_workers_and_telemetry(
-    job: Job, collector: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every event the ranks send is accepted and stored once. A POST may wait on a loaded
-    2-core machine (a timed-out one is dropped by design, client.py's docstring), so its
-    timeout here is far beyond any such wait: what is checked is refusals, not load."""
-    monkeypatch.setattr(telemetry_client, "HTTP_TIMEOUT_S", 60.0)
+def test_a_generated_joint_with_workers_and_telemetry(job: Job, collector: str) -> None:
+    """Every event the ranks send is accepted and stored once."""
     run_id = f"joint-{uuid.uuid4().hex}"  # its own run: its events counted apart
     ran: list[StreamingDataLoader] = []
     with warnings.catch_warnings():

@@ -82,6 +82,7 @@ def test_the_grid_follows_the_layout() -> None:
     charts.placement_grid(unknown, S, "now").to_dict()
 
 
+@pytest.mark.usefixtures("patient_telemetry")  # refusals, not load
 def test_three_real_loaders_over_eight_splits_on_the_dashboard(tmp_path: Path) -> None:
     with start_dashboard(port=0, db=str(tmp_path / "c.db"), ui=False) as collector:
         _three_loaders_report(collector, tmp_path)
