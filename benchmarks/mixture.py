@@ -147,20 +147,13 @@ def litdata_mixture(workers: int) -> Any:
 
 
 def epoch_rate(
-    make: Callable[[int], Any], workers: int, epochs: int
+    make: Callable[[int], Any], workers: int, epochs: int, warm: int = 0
 ) -> tuple[float, float, int, float]:
-    """Rows/s of `epochs` epochs of a built loader (its first read included, building it
-    not: three tables take three opens, a fixed cost of a run, not of its rows): by the
-    wall clock, and by this process's CPU time (all its threads; on a shared machine the
-    steadier figure, and the whole cost where there are no workers); rows, and minor page
-    faults an epoch."""
-    return _timed(make(workers), epochs)
-
-
-def warmed_rate(
-    make: Callable[[int], Any], workers: int, epochs: int, warm: int
-) -> tuple[float, float, int, float]:
-    """`epoch_rate` of one loader after `warm` untimed epochs of it."""
+    """Rows/s of `epochs` epochs of a built loader after `warm` untimed ones (its first read
+    included, building it not: three tables take three opens, a fixed cost of a run, not of
+    its rows): by the wall clock, and by this process's CPU time (all its threads; on a
+    shared machine the steadier figure, and the whole cost where there are no workers);
+    rows, and minor page faults an epoch."""
     loader = make(workers)
     if warm:
         _timed(loader, warm)
@@ -187,7 +180,7 @@ def fresh_rate(name: str, workers: int, epochs: int, warm: int) -> tuple[float, 
     if done.returncode != 0:
         raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
     wall, cpu, rows, faults = json.loads(done.stdout.strip().splitlines()[-1])
-    return wall, cpu, rows, faults
+    return wall, cpu, int(rows), faults
 
 
 def main() -> None:
@@ -209,7 +202,7 @@ def main() -> None:
     if has_litdata:
         loaders["litdata"] = litdata_mixture
     if args.one:  # warm the loader itself: kernels, page cache, imports, the heap
-        print(json.dumps(warmed_rate(loaders[args.one], args.workers, args.epochs, args.warm)))
+        print(json.dumps(epoch_rate(loaders[args.one], args.workers, args.epochs, args.warm)))
         return
     build(has_litdata)
     if args.one_process and args.warm:

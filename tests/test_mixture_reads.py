@@ -34,6 +34,31 @@ def typed_table(base: int, rows: int) -> pa.Table:
     )
 
 
+REAL_READ = BatchReader.read
+
+
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of every `BatchReader.read` from now on, in order (appended as they come);
+    a later call counts into its own list only."""
+    reads: list[int] = []
+
+    def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
+        reads.append(len(positions))
+        return REAL_READ(self, positions, sub_reads)
+
+    monkeypatch.setattr(BatchReader, "read", counted)
+    return reads
+
+
+def assert_same_batches(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    """The same keys in the same order, each the same dtype and values."""
+    assert len(got) == len(expected)
+    for one, other in zip(got, expected, strict=True):
+        assert list(one) == list(other)
+        for key in one:
+            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
+
+
 def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.MonkeyPatch) -> None:
     def batches() -> list[dict[str, Any]]:
         datasets = [
@@ -47,11 +72,8 @@ def test_rows_placed_in_one_copy_equal_the_general_join(monkeypatch: pytest.Monk
     placed = batches()
     monkeypatch.setattr("loader.mixture.reader._numeric_columns", lambda table: None)
     joined = batches()
-    assert len(placed) == len(joined) > 8
-    for one, other in zip(placed, joined, strict=True):
-        assert list(one) == list(other)
-        for key in one:
-            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
+    assert len(placed) > 8
+    assert_same_batches(placed, joined)
 
 
 def test_a_mixtures_default_read_holds_one_default_read_per_dataset(
@@ -62,16 +84,9 @@ def test_a_mixtures_default_read_holds_one_default_read_per_dataset(
     (3 × 8,192 rows here): a third of the takes of 8,192-row reads, the same batches."""
     sizes = [30_000, 20_000, 10_000]
     starts = [0, *itertools.accumulate(sizes)]
-    real_read = BatchReader.read
 
     def run(read_size: int | None) -> tuple[list[list[int]], list[int]]:
-        reads: list[int] = []
-
-        def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
-            reads.append(len(positions))
-            return real_read(self, positions, sub_reads)
-
-        monkeypatch.setattr(BatchReader, "read", counted)
+        reads = counted_reads(monkeypatch)
         datasets = [
             StreamingDataset(make_rows(a, a + n).select(["id", "label"]), num_splits=4)
             for a, n in zip(starts, sizes, strict=False)
@@ -99,12 +114,6 @@ def test_a_placement_that_fails_on_a_later_dataset_reads_the_placed_ones_again(
     (here: the last dataset's columns come in another order), the ones placed before it are
     read again for the general join, which gives what the join of reads kept from the start
     gives."""
-    real_read = BatchReader.read
-    reads: list[int] = []
-
-    def counted(self: BatchReader, positions: Any, sub_reads: int = 1) -> Any:
-        reads.append(len(positions))
-        return real_read(self, positions, sub_reads)
 
     def batches() -> list[dict[str, Any]]:
         tables = [typed_table(k * 1000, rows) for k, rows in enumerate([40, 30, 20])]
@@ -113,15 +122,12 @@ def test_a_placement_that_fails_on_a_later_dataset_reads_the_placed_ones_again(
         loader = StreamingDataLoader(MixedDataset(datasets, [4, 3, 2]), global_batch_size=9)
         return [batch for _ in range(2) for batch in loader]
 
-    monkeypatch.setattr(BatchReader, "read", counted)
+    reads = counted_reads(monkeypatch)
     again = batches()
     read_again = len(reads)
     reads.clear()
     monkeypatch.setattr("loader.mixture.reader._numeric_columns", lambda table: None)
     kept = batches()
     assert read_again > len(reads), "no placed read was read again"
-    assert len(again) == len(kept) > 10
-    for one, other in zip(again, kept, strict=True):
-        assert list(one) == list(other)
-        for key in one:
-            assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), key
+    assert len(again) > 10
+    assert_same_batches(again, kept)

@@ -22,15 +22,12 @@ pytestmark = pytest.mark.slow  # real processes (each imports torch through `loa
 PROCESS = """
 import sys, threading, time
 from loader.telemetry.client import TelemetryClient
+from tests.net import wait_until
 rank, world = int(sys.argv[3]), int(sys.argv[4])
 static = {{"rank": rank, "world_size": world, "num_splits": world, "rows_per_split": 10}}
 client = TelemetryClient(sys.argv[1], sys.argv[2], static, interval_s=0.2, timeout_s=2.0)
 client.set_snapshot(lambda: {{"epoch": 0, "step": int(time.time() * 10), "global_step": 0}})
-deadline = time.monotonic() + 60
-while client.sent == 0:
-    if time.monotonic() > deadline:
-        sys.exit("no report sent within 60 s")
-    time.sleep(0.05)  # the polling interval
+wait_until(lambda: client.sent, 60, "a first report sent")
 print("ready", flush=True)
 threading.Event().wait()  # "training" until the test terminates it
 """
