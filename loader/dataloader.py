@@ -131,6 +131,13 @@ class StreamingDataLoader(DataLoader[Any]):
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
+        if isinstance(dataset, BatchReads):  # its own reads: a framework rebuilding it
+            raise TypeError(
+                "a StreamingDataLoader is being rebuilt from its parts (a framework swapping "
+                "in a sampler of its own?): it already reads only this process's rows, so "
+                "hand it over as it is (Lightning: use_distributed_sampler=False; "
+                "docs/trainers.md)"
+            )
         if not isinstance(dataset, StreamingDataset | MixedDataset):
             raise TypeError(
                 f"StreamingDataLoader needs a StreamingDataset or a MixedDataset, got "

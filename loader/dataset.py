@@ -25,6 +25,7 @@ from loader.progress import ROWS, Batching, Progress
 from loader.read.reader import ON_ERROR, OnError
 from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
+from loader.trainers.resharding import refuse_resharding
 from loader.units import BlockUnits, UnitRequest, Units
 from loader.world import OnWorld, World
 
@@ -318,6 +319,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning, unless the position is already in it."""
+        refuse_resharding(self.rank, self.world_size)  # Accelerate's wrappers call this first
         self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
     def make_state(self, batching: Batching) -> dict[str, Any]:
@@ -414,6 +416,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         Inside DataLoader workers each worker takes every w-th read of the stream, so the
         union is every row once (use StreamingDataLoader for an order independent of w).
         """
+        refuse_resharding(self.rank, self.world_size)
         info = get_worker_info()
         if isinstance(self.units, BlockUnits):
             yield from self._iter_blocks(info)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, DistributedSampler
 
 from loader import batching
 from loader.progress import Batching
@@ -83,9 +83,16 @@ class BatchReads(Dataset[TaskRead]):
         raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
 
 
-class TaskSampler(Sampler[Any]):
+class TaskSampler(DistributedSampler[Any]):
     """Yields the tasks of the current stream (main process only). It refers to the
-    progress, not the loader, so a loader is freed as soon as it is dropped."""
+    progress, not the loader, so a loader is freed as soon as it is dropped.
+
+    It is a DistributedSampler because it is one: it yields only this process's share.
+    Frameworks that add one where a loader has none (Lightning's Fabric and Trainer, with
+    their default `use_distributed_sampler=True`) see it and leave the loader as it is
+    instead of rebuilding it around a sampler of their own. DistributedSampler's own
+    `__init__` (a dataset to index, a seed) does not apply and is not called.
+    """
 
     def __init__(self, progress: Position, batching: Batching, batches_per_read: int) -> None:
         self._progress = progress
@@ -99,3 +106,7 @@ class TaskSampler(Sampler[Any]):
 
     def __len__(self) -> int:
         return -(-self._progress.peek(self._batching).num_batches // self.batches_per_read)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ignored: the loader's position decides the epoch. Fabric calls this with its count
+        of `for` loops over the loader, which restarts at 0 after a resume."""

@@ -46,6 +46,7 @@ from loader.plan import PlanSpec
 from loader.progress import Batching, schedule_state
 from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
+from loader.trainers.resharding import refuse_resharding
 from loader.world import OnWorld, World
 
 __all__ = ["SOURCE_FIELD", "CombinedStreamingDataset", "MixedDataset", "by_size"]
@@ -232,9 +233,11 @@ class MixedDataset(OnWorld):
         return self.progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
+        refuse_resharding(self.rank, self.world_size)  # Accelerate's wrappers call this first
         self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
     def __iter__(self) -> Iterator[Any]:
+        refuse_resharding(self.rank, self.world_size)
         raise TypeError(
             "read a MixedDataset through StreamingDataLoader(mixture, global_batch_size=G)"
         )
