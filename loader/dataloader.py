@@ -108,7 +108,7 @@ class StreamingDataLoader(DataLoader[Any]):
     # Accelerate's `prepare` hands back, untouched, a loader that says it is prepared: this
     # one already reads only its rank's rows (re-sharding or dispatching them would read
     # each row on one process only, or hang). Checkpoint it with the documented recipe,
-    # `accelerator.register_for_checkpointing(dl)` (docs/large-models.md).
+    # `accelerator.register_for_checkpointing(dl)` (docs/trainers.md).
     _is_accelerate_prepared = True
 
     def __init__(

@@ -155,6 +155,13 @@ def accelerate(root: Path) -> Given:
     )
 
 
+def hf(root: Path) -> Given:
+    """`table` (600 rows) and `model`: a tiny Hugging Face PreTrainedModel over x and label."""
+    from tests.tiny_hf import tiny_model
+
+    return Given({"table": lancedb_table(root), "model": tiny_model(width=5)})
+
+
 PRELUDES: dict[str, Callable[[Path], Given]] = {
     "rows": rows,
     "ddp": ddp,
@@ -165,4 +172,5 @@ PRELUDES: dict[str, Callable[[Path], Given]] = {
     "ramp": ramp,
     "mesh": mesh,
     "accelerate": accelerate,
+    "hf": hf,
 }

@@ -51,27 +51,11 @@ class Recorder:
 
 
 def hf(job: dict[str, Any], resume: bool) -> None:
-    from transformers import PretrainedConfig, PreTrainedModel, Trainer, TrainerCallback
+    from transformers import Trainer, TrainerCallback
     from transformers import TrainingArguments as Args
 
     from loader.trainers.hf import StreamingTrainer
-
-    class TinyConfig(PretrainedConfig):
-        model_type = "tiny-mlp"
-
-    class TinyMLP(PreTrainedModel):
-        config_class = TinyConfig
-
-        def __init__(self, config: TinyConfig) -> None:
-            super().__init__(config)
-            self.net = torch.nn.Sequential(
-                torch.nn.Linear(1, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)
-            )
-            self.post_init()
-
-        def forward(self, id: torch.Tensor, **_: Any) -> dict[str, torch.Tensor]:
-            x = id.to(torch.float32)[:, None] / NUM_ROWS
-            return {"loss": ((self.net(x) - x) ** 2).mean()}
+    from tests.tiny_hf import tiny_model
 
     recorder = Recorder(job, "hf")
 
@@ -85,7 +69,7 @@ def hf(job: dict[str, Any], resume: bool) -> None:
             control.should_training_stop = state.global_step == HF_STOP_AT
 
     common = {"report_to": "none", "use_cpu": True, "disable_tqdm": True, "logging_steps": 1000}
-    model = TinyMLP(TinyConfig())
+    model = tiny_model(width=1)
     if not resume:  # the silent loss of issue 34, under both dispatch settings
         for dispatch in (None, False):
             args = Args(
