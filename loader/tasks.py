@@ -80,7 +80,10 @@ class BatchReads(Dataset[TaskRead]):
         return TaskRead(task.index, batches)
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
-        raise TypeError("the loader's reads are indexed by BatchTask; ask the loader its length")
+        raise TypeError(
+            "the loader's reads are indexed by tasks, not 0..n-1: ask the loader its length, "
+            "len(loader)"
+        )
 
 
 class TaskSampler(DistributedSampler[Any]):

@@ -1,15 +1,16 @@
 """The processes of tests/test_trainers.py, one torchrun job per world size: Hugging Face's
-Trainer, then Lightning Fabric, in the same processes (imports are the slow part).
+Trainer and Lightning Fabric (the 3-process resume runs both: imports are the slow part).
 
-On 2 processes: the plain `Trainer(train_dataset=StreamingDataset)` under both Accelerate
-dispatch settings (must be refused on every process), then `StreamingTrainer` checkpointing
-every HF_SAVE_EVERY Trainer steps and stopping at HF_STOP_AT (the steps after the last
-checkpoint are trained and lost, as in a crash), then Fabric saving at FABRIC_SAVE_AT and
-SIGKILLed at FABRIC_KILL_AT. On 3 processes: both resume from their latest checkpoint and
-finish EPOCHS epochs. Every process appends each batch it trains on to its own JSON-lines
-file as it goes (a killed process keeps what it wrote).
+Phase "hf", 2 processes: the plain `Trainer(train_dataset=StreamingDataset)` under both
+Accelerate dispatch settings and `accelerator.prepare(DataLoader(dataset))` (each must be
+refused on every process), then `StreamingTrainer` checkpointing every HF_SAVE_EVERY Trainer
+steps, SIGKILLed at HF_KILL_AT (the steps after the last checkpoint are trained and lost).
+Phase "fabric", 2 processes: Fabric saving at FABRIC_SAVE_AT, SIGKILLed at FABRIC_KILL_AT.
+Phase "resume", 3 processes: both resume from their latest checkpoint and finish EPOCHS
+epochs. Every process appends each batch it trains on to its own JSON-lines file as it goes
+(a killed process keeps what it wrote).
 
-    torchrun --nproc-per-node W tests/trainers_job.py JOB_JSON
+    torchrun --nproc-per-node W tests/trainers_job.py JOB_JSON PHASE
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from loader import StreamingDataLoader, StreamingDataset
 
 NUM_ROWS, NUM_SPLITS, GLOBAL_BATCH, EPOCHS = 480, 6, 24, 2  # 20 loader steps an epoch
 ACCUMULATION = 2  # HF: 10 Trainer steps an epoch
-HF_SAVE_EVERY, HF_STOP_AT = 4, 14  # the latest checkpoint is Trainer step 12: epoch 1, batch 4
+HF_SAVE_EVERY, HF_KILL_AT = 4, 14  # the latest checkpoint is Trainer step 12: epoch 1, batch 4
 FABRIC_SAVE_AT, FABRIC_KILL_AT = 26, 30  # loader steps (epoch 1, batch 6 saved)
 
 
@@ -51,6 +52,8 @@ class Recorder:
 
 
 def hf(job: dict[str, Any], resume: bool) -> None:
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
     from transformers import Trainer, TrainerCallback
     from transformers import TrainingArguments as Args
 
@@ -64,9 +67,10 @@ def hf(job: dict[str, Any], resume: bool) -> None:
             recorder.write(step=self.state.global_step, ids=inputs["id"].tolist())
             return super().training_step(model, inputs, *more, **kw)
 
-    class StopAt(TrainerCallback):  # the crash: steps past the latest checkpoint are lost
+    class KillAt(TrainerCallback):  # the crash: steps past the latest checkpoint are lost
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-            control.should_training_stop = state.global_step == HF_STOP_AT
+            if state.global_step == HF_KILL_AT and state.is_world_process_zero:
+                os.kill(os.getpid(), signal.SIGKILL)  # torchrun then ends the other
 
     common = {"report_to": "none", "use_cpu": True, "disable_tqdm": True, "logging_steps": 1000}
     model = tiny_model(width=1)
@@ -82,6 +86,11 @@ def hf(job: dict[str, Any], resume: bool) -> None:
                 recorder.write(plain=dispatch, refused=None)
             except ValueError as err:
                 recorder.write(plain=dispatch, refused=str(err))
+        try:  # and Accelerate's own prepare around a plain DataLoader
+            next(iter(Accelerator(cpu=True).prepare(DataLoader(dataset(job), batch_size=4))))
+            recorder.write(plain="prepare", refused=None)
+        except ValueError as err:
+            recorder.write(plain="prepare", refused=str(err))
     args = Args(
         output_dir=job["hf"], num_train_epochs=EPOCHS, learning_rate=1e-3,
         per_device_train_batch_size=GLOBAL_BATCH // 2,  # a resume keeps G, not this
@@ -89,7 +98,7 @@ def hf(job: dict[str, Any], resume: bool) -> None:
         save_steps=HF_SAVE_EVERY, **common,
     )  # fmt: skip
     trainer = Recording(
-        model=model, args=args, train_dataset=dataset(job), callbacks=[] if resume else [StopAt()]
+        model=model, args=args, train_dataset=dataset(job), callbacks=[] if resume else [KillAt()]
     )
     trainer.train(resume_from_checkpoint=resume or None)
     recorder.write(end_step=trainer.state.global_step, end_epoch=trainer.state.epoch)
@@ -127,7 +136,8 @@ def fabric(job: dict[str, Any], resume: bool) -> None:
 
 
 if __name__ == "__main__":
-    job = orjson.loads(Path(sys.argv[1]).read_bytes())
-    resume = int(os.environ["WORLD_SIZE"]) != 2
-    hf(job, resume)
-    fabric(job, resume)
+    job, phase = orjson.loads(Path(sys.argv[1]).read_bytes()), sys.argv[2]
+    if phase in ("hf", "resume"):
+        hf(job, resume=phase == "resume")
+    if phase in ("fabric", "resume"):
+        fabric(job, resume=phase == "resume")
