@@ -47,6 +47,7 @@ from dashboard.collector.writes import (
     UPSERT_RANK,
     UPSERT_ROLLUP,
     UPSERT_RUN,
+    UPSERT_SENDER,
     run_row,
 )
 from loader.wire import (
@@ -60,6 +61,7 @@ from loader.wire import (
 )
 
 ROLLUP_S = 10
+MAX_WAIT_S = 5.0  # the longest an event is believed to have waited in its sender
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
@@ -98,21 +100,68 @@ class Store:
         return cursor.execute(sql, args).fetchall()
 
     def ingest(self, events: Sequence[EventIn], now: float | None = None) -> int:
-        """Store one batch in one transaction: all of it or (on error) none of it.
+        """Store one batch in one transaction: all of it or (on error) none of it; returns
+        how many events were stored (`duplicates`: the rest).
 
+        Every event is stamped with `now`, its receipt on the collector's clock (the status
+        rules judge silence from it). An event numbered (`seq`) at or below the highest
+        number stored for its client is ignored: a retried or replayed batch changes nothing.
         Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
         """
         arrived = time.time() if now is None else now
+        with self._lock:
+            fresh, senders = self._fresh(events)
+            if not fresh:
+                return 0
+            new = self._store(fresh, senders, arrived)
+        now = time.time() if now is None else now
+        if new or now - self._pruned_at >= PRUNE_EVERY_S:
+            self.prune(now)
+        return len(fresh)
+
+    def _fresh(
+        self, events: Sequence[EventIn]
+    ) -> tuple[list[EventIn], dict[tuple[str, str], int]]:
+        """The events not seen before, in their senders' order (`seq`, then `ts`: events
+        of clients without `seq` are all new), and each sender's new highest number."""
+        keys = {(e.run_id, e.incarnation) for e in events if e.incarnation is not None}
+        known: dict[tuple[str, str], int] = {}
+        for run_id, incarnation in keys:  # a batch is one client's: one or two reads
+            row = self._write.execute(
+                "SELECT seq FROM senders WHERE run_id = ? AND incarnation = ?",
+                (run_id, incarnation),
+            ).fetchone()
+            if row is not None:
+                known[run_id, incarnation] = row[0]
+        fresh = []
+        for e in sorted(events, key=lambda e: (e.seq is None, e.seq or 0, e.ts)):
+            if e.incarnation is not None and e.seq is not None:
+                key = (e.run_id, e.incarnation)
+                if e.seq <= known.get(key, -1):
+                    continue
+                known[key] = e.seq
+            fresh.append(e)
+        senders = {k: v for k, v in known.items() if k in keys}
+        return fresh, senders
+
+    def _store(
+        self, events: list[EventIn], senders: dict[tuple[str, str], int], arrived: float
+    ) -> int:
+        """Write `events` (received at `arrived`) in one transaction (the caller holds the
+        lock); how many runs they started."""
+        received = self._received(events, arrived)
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
         processes, process_ended = [], []
-        for e in sorted(events, key=lambda e: e.ts):
+        for e, recv in zip(events, received, strict=True):
             run = runs.get(e.run_id)
             if run is None:
                 run = runs[e.run_id] = run_row(e)
             elif run["num_splits"] != e.num_splits:
                 raise RunConflict(conflict(e.run_id, run["num_splits"], e.num_splits))
-            run["last_ts"], run["events"] = e.ts, run["events"] + 1
+            run["last_ts"], run["events"] = max(run["last_ts"], e.ts), run["events"] + 1
+            run["first_ts"] = min(run["first_ts"], e.ts)
+            run["last_recv"] = max(run["last_recv"] or 0.0, recv)
             for key in ("total_epochs", "total_steps", "seq_len"):
                 run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
             if e.kind == CHECKPOINT_LOADED:
@@ -125,7 +174,7 @@ class Store:
             if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
-                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process))
+                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process, recv))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
@@ -136,7 +185,8 @@ class Store:
             mesh = orjson.dumps(e.mesh) if e.mesh is not None else None
             processes.append(
                 (e.run_id, e.world_size, e.process, e.rank, mesh, e.host, e.ts,
-                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset)
+                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset,
+                 recv, recv, e.seq)
             )  # fmt: skip
             ranks.append(
                 (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
@@ -147,29 +197,50 @@ class Store:
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
             rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
-        with self._lock:
-            conn = self._write
-            conn.execute("BEGIN")
-            try:
-                new = self._check_runs(conn, runs)
-                self._count_new_runs(new)
-                conn.executemany(UPSERT_RUN, list(runs.values()))
-                conn.executemany(NEW_WORLD, worlds)
-                conn.executemany(UPSERT_RANK, ranks)
-                conn.executemany(UPSERT_PROCESS, processes)
-                conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
-                conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
-                conn.executemany(INSERT_SAMPLE, samples)
-                conn.executemany(UPSERT_ROLLUP, rollup)
-                conn.executemany(INSERT_EVENT, discrete)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        now = time.time() if now is None else now
-        if new or now - self._pruned_at >= PRUNE_EVERY_S:
-            self.prune(now)
-        return len(events)
+        conn = self._write
+        conn.execute("BEGIN")
+        try:
+            new = self._check_runs(conn, runs)
+            self._count_new_runs(new)
+            conn.executemany(UPSERT_RUN, list(runs.values()))
+            conn.executemany(NEW_WORLD, worlds)
+            conn.executemany(UPSERT_RANK, ranks)
+            conn.executemany(UPSERT_PROCESS, processes)
+            conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
+            conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
+            conn.executemany(INSERT_SAMPLE, samples)
+            conn.executemany(UPSERT_ROLLUP, rollup)
+            conn.executemany(INSERT_EVENT, discrete)
+            conn.executemany(UPSERT_SENDER, [(*k, seq) for k, seq in senders.items()])
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return new
+
+    def _received(self, events: list[EventIn], arrived: float) -> list[float]:
+        """Each event's receipt on the collector's clock: `arrived`, less the time it waited
+        in its sender (`sent_ts - ts` of its batch, a duration on the sender's one clock, so a
+        skewed, stepped or zeroed clock cancels out; 0 to `MAX_WAIT_S`). An event whose
+        batch carries no `sent_ts` (replayed history, clients older than it) is put at its
+        `ts` shifted by its process's last measured offset, never after `arrived`."""
+        sent = {(e.run_id, e.process): e.sent_ts for e in events if e.sent_ts is not None}
+        offsets: dict[tuple[str, int], float] = {}
+        for run_id, process in {(e.run_id, e.process) for e in events} - set(sent):
+            row = self._write.execute(
+                "SELECT clock_offset FROM processes WHERE run_id = ? AND process = ? "
+                "ORDER BY recv_ts DESC LIMIT 1",
+                (run_id, process),
+            ).fetchone()
+            offsets[run_id, process] = (row[0] or 0.0) if row is not None else 0.0
+        out = []
+        for e in events:
+            sent_ts = sent.get((e.run_id, e.process))
+            if sent_ts is None:
+                out.append(min(arrived, e.ts + offsets[e.run_id, e.process]))
+            else:
+                out.append(arrived - min(MAX_WAIT_S, max(0.0, sent_ts - e.ts)))
+        return out
 
     @staticmethod
     def _check_runs(conn: sqlite3.Connection, runs: dict[str, dict[str, Any]]) -> int:
@@ -317,17 +388,22 @@ class Store:
 
     def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
         """Process (global rank) → its latest `closed` event (sent by `close()`, at exit and on
-        SIGTERM) at or after
-        `since` (the events index makes that a short range, not the run's events)."""
+        SIGTERM) received at or after `since` (collector's clock; events stored before
+        receipts were kept: sent then), read through the `events_closed` index."""
         rows = self.query(
-            "SELECT rank, coalesce(process, rank) AS process, max(ts) AS ts, data FROM events "
-            "WHERE run_id = ? AND ts >= ? AND world_size = ? AND kind = ? GROUP BY 2",
+            "SELECT rank, coalesce(process, rank) AS process, ts, data, "
+            "max(coalesce(recv_ts, ts)) AS recv FROM events "
+            "WHERE run_id = ? AND kind = ? AND world_size = ? "
+            "AND (recv_ts >= ? OR recv_ts IS NULL AND ts >= ?) GROUP BY 2",
             run_id,
-            since,
-            world_size,
             CLOSED,
+            world_size,
+            since,
+            since,
         )
-        return {int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"]) for r in rows}
+        return {
+            int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"], r["recv"]) for r in rows
+        }
 
     def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
         """The `closed` events of any world in [since, until): who closed before a resume."""

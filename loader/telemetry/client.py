@@ -17,7 +17,10 @@ shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (o
 `tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
 says tokens per block), the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
-kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
+kind-specific fields of `event(kind, **fields)`), and `incarnation` (this client's random id)
+with `seq` (the event's number in its stream, assigned as it first goes out): the collector
+ignores a number it has stored, so a retried batch that did arrive changes nothing. The
+client's last batch ends with a
 `closed` event at the last position read (`data.reason`: `close` for `close()` or a
 collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
 type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
@@ -39,6 +42,7 @@ import socket
 import threading
 import time
 import urllib.error
+import uuid
 import urllib.parse
 import urllib.request
 import warnings
@@ -233,6 +237,10 @@ class TelemetryClient:
         self._final_by = 0.0  # monotonic deadline of the last send's retries
         self._position: dict[str, Any] = {}  # the last position read: the loader may be gone
         self._pid = os.getpid()
+        # Idempotence: this client's random id and the next number of its events, assigned
+        # on the sender thread as a batch first goes out (a retry re-sends the same numbers).
+        self.incarnation = uuid.uuid4().hex
+        self._seq = 0
         self._owner = threading.current_thread()  # its uncaught exception ends this client
         self._transient = True  # the last failure may pass on a retry
         self._stop = threading.Event()
@@ -335,7 +343,18 @@ class TelemetryClient:
         self.close()
 
     def _base(self, kind: str, ts: float) -> dict[str, Any]:
-        return {"run_id": self.run_id, "kind": kind, "ts": ts, **self.static}
+        return {
+            "run_id": self.run_id, "kind": kind, "ts": ts, "incarnation": self.incarnation,
+            **self.static,
+        }  # fmt: skip
+
+    def _number(self, events: list[dict[str, Any]]) -> None:
+        """Give each event not yet numbered the next `seq` (the collector ignores a number
+        it has stored already: a retried batch that did arrive changes nothing)."""
+        for ev in events:
+            if "seq" not in ev:
+                ev["seq"] = self._seq
+                self._seq += 1
 
     def _offer(self, ev: dict[str, Any]) -> None:
         try:
@@ -401,8 +420,13 @@ class TelemetryClient:
         into a crashed one, so it is worth the exit budget; each try's timeout is cut to
         the time left."""
         pause = 0.05
+        closed_seq = None
         while True:
             batch = self._closing(events)  # the reason may have changed since the last try
+            if closed_seq is not None:
+                batch[-1]["seq"] = closed_seq  # the same `closed`: a repeat if it arrived
+            self._number(batch)
+            closed_seq = batch[-1]["seq"]
             left = self._final_by - time.monotonic()
             if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
                 return
@@ -418,6 +442,7 @@ class TelemetryClient:
         if not final and time.monotonic() < self._retry_at:
             self.dropped += len(events)
             return False
+        self._number(events)
         if events and events[0]["kind"] == PROGRESS:
             events[0]["sent_ts"] = time.time()  # the collector reads this rank's clock from it
         try:
