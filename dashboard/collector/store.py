@@ -119,9 +119,7 @@ class Store:
             self.prune(now)
         return len(fresh)
 
-    def _fresh(
-        self, events: Sequence[EventIn]
-    ) -> tuple[list[EventIn], dict[tuple[str, str], int]]:
+    def _fresh(self, events: Sequence[EventIn]) -> tuple[list[EventIn], dict[tuple[str, str], int]]:
         """The events not seen before, in their senders' order (`seq`, then `ts`: events
         of clients without `seq` are all new), and each sender's new highest number."""
         keys = {(e.run_id, e.incarnation) for e in events if e.incarnation is not None}

@@ -42,9 +42,9 @@ import socket
 import threading
 import time
 import urllib.error
-import uuid
 import urllib.parse
 import urllib.request
+import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
