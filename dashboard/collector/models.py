@@ -203,6 +203,25 @@ class RunsPublic(BaseModel):
     count: int
 
 
+class AttemptPublic(BaseModel):
+    """One attempt of a run: a launcher's job (torchrun run id, SLURM job, ...) or its
+    restart; a crash and the resume from its checkpoint are two attempts of one run.
+    `ended`: its processes by how their `closed` said they ended (`exit`, `close`, `error`,
+    `terminated`), `silent` for those that sent none (killed, or still running)."""
+
+    attempt: str
+    first_ts: float
+    last_ts: float
+    world_size: int
+    processes: int
+    ended: dict[str, int]
+
+
+class AttemptsPublic(BaseModel):
+    data: list[AttemptPublic]
+    count: int
+
+
 class RankStatePublic(BaseModel):
     """running, stalled, crashed, terminated or closed (dashboard/collector/status.py);
     `silent_s` since its last report, `no_step_s` since its step last moved; `why` a rank is

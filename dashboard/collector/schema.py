@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 
-TABLES = ("runs", "ranks", "samples", "rollup", "events", "processes", "senders")
+TABLES = (
+    "runs", "ranks", "samples", "rollup", "events", "processes", "senders", "attempts",
+)  # fmt: skip
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -38,7 +40,13 @@ CREATE TABLE IF NOT EXISTS processes (
   heartbeat_s REAL, clock_offset REAL, PRIMARY KEY (run_id, world_size, process)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS senders (
   run_id TEXT, incarnation TEXT, seq INTEGER, PRIMARY KEY (run_id, incarnation)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempts (
+  run_id TEXT, attempt TEXT, process INTEGER, world_size INTEGER, first_ts REAL, last_ts REAL,
+  first_recv REAL, last_recv REAL, reason TEXT,
+  PRIMARY KEY (run_id, attempt, process)) WITHOUT ROWID;
 """
+# `attempts`: per launcher attempt of a run (a crash and its resume are two) and process, when
+# it reported first and last, and how its `closed` said it ended (NULL: no `closed` came).
 # `senders`: per telemetry client (its `incarnation`, random, one per client object: a
 # restarted process is a new one) the highest event number stored; a repeated or older
 # number is ignored (events are idempotent).

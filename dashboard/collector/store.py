@@ -43,6 +43,7 @@ from dashboard.collector.writes import (
     INSERT_SAMPLE,
     NEW_WORLD,
     PROCESS_EPOCH_ENDED,
+    UPSERT_ATTEMPT,
     UPSERT_PROCESS,
     UPSERT_RANK,
     UPSERT_ROLLUP,
@@ -150,8 +151,14 @@ class Store:
         received = self._received(events, arrived)
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
-        processes, process_ended = [], []
+        processes, process_ended, attempts = [], [], []
         for e, recv in zip(events, received, strict=True):
+            if e.attempt is not None:
+                reason = e.data.get("reason") if e.kind == CLOSED else None
+                attempts.append(
+                    (e.run_id, e.attempt, e.process, e.world_size, e.ts, e.ts, recv, recv,
+                     reason if isinstance(reason, str) else None)
+                )  # fmt: skip
             run = runs.get(e.run_id)
             if run is None:
                 run = runs[e.run_id] = run_row(e)
@@ -210,6 +217,7 @@ class Store:
             conn.executemany(UPSERT_ROLLUP, rollup)
             conn.executemany(INSERT_EVENT, discrete)
             conn.executemany(UPSERT_SENDER, [(*k, seq) for k, seq in senders.items()])
+            conn.executemany(UPSERT_ATTEMPT, attempts)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -503,6 +511,27 @@ class Store:
             limit,
         )
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]
+
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's attempts (a launcher's job or restart: a crash and its resume are two), in
+        the order they began (by receipt): when each reported first and last, its world
+        size, processes, and how many closed by each reason (`silent`: no `closed`, killed
+        or crashed unless the attempt is still going)."""
+        rows = self.query(
+            "SELECT attempt, min(first_ts) AS first_ts, max(last_ts) AS last_ts, "
+            "max(world_size) AS world_size, count(*) AS processes, min(first_recv) AS f, "
+            "json_group_array(coalesce(reason, 'silent')) AS reasons "
+            "FROM attempts WHERE run_id = ? GROUP BY attempt ORDER BY f, attempt",
+            run_id,
+        )
+        out = []
+        for row in rows:
+            ended: dict[str, int] = {}
+            for reason in orjson.loads(row["reasons"]):
+                ended[reason] = ended.get(reason, 0) + 1
+            attempt = {k: row[k] for k in ("attempt", "first_ts", "last_ts", "world_size")}
+            out.append({**attempt, "processes": row["processes"], "ended": ended})
+        return out
 
     def reporting_buckets(self, run_id: str) -> list[int]:
         """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""

@@ -86,6 +86,16 @@ UPSERT_SENDER = """
 INSERT INTO senders (run_id, incarnation, seq) VALUES (?, ?, ?)
 ON CONFLICT (run_id, incarnation) DO UPDATE SET seq = max(seq, excluded.seq)
 """
+# A process of one attempt: its span of reports and how it ended (its last `closed`'s reason).
+UPSERT_ATTEMPT = """
+INSERT INTO attempts AS a (run_id, attempt, process, world_size, first_ts, last_ts, first_recv,
+  last_recv, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, attempt, process) DO UPDATE SET world_size = excluded.world_size,
+  first_ts = min(a.first_ts, excluded.first_ts), last_ts = max(a.last_ts, excluded.last_ts),
+  first_recv = min(a.first_recv, excluded.first_recv),
+  last_recv = max(a.last_recv, excluded.last_recv),
+  reason = coalesce(excluded.reason, a.reason)
+"""
 INSERT_SAMPLE = """
 INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -60,7 +60,7 @@ from loader.telemetry.settings import (
     check_env,
     check_run_id,
     check_url,
-    default_run_id,
+    job_identity,
     job_length,
 )
 from loader.wire import (
@@ -203,8 +203,16 @@ class TelemetryClient:
         interval_s: float = 1.0,
         timeout_s: float | None = None,
         max_queue: int = 1024,
+        attempt: str | None = None,
+        hold: bool = False,
     ) -> None:
         self.run_id = check_run_id(run_id)
+        self.attempt = attempt  # the launcher's job (and restart) this process belongs to
+        # `hold`: the run id is a default that a resume may replace by its checkpoint's
+        # lineage (`settle`): nothing is sent before the loader's first batch, resume or close
+        self._settled = threading.Event()
+        if not hold:
+            self._settled.set()
         self.endpoint = check_url(url) + INGEST_PATH
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
@@ -263,7 +271,9 @@ class TelemetryClient:
         url = url or os.environ.get(ENV_URL) or None
         if url is None:
             return None
-        run_id = run_id or os.environ.get(ENV_RUN_ID) or default_run_id(static)
+        job, attempt = job_identity(static)
+        chosen = run_id or os.environ.get(ENV_RUN_ID)
+        run_id = chosen or job
         try:
             check_env(from_env, url, run_id)
         except ValueError as exc:
@@ -273,7 +283,22 @@ class TelemetryClient:
                 stacklevel=3,
             )
             return None
-        return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
+        token = os.environ.get(ENV_TOKEN) or None
+        return cls(url, run_id, static, token=token, attempt=attempt, hold=not chosen)
+
+    def settle(self, run_id: str | None = None) -> None:
+        """The run id is decided: `run_id` (a resumed checkpoint's lineage) if given, else
+        the one it was made with; a held client starts sending. A no-op once settled."""
+        if self._settled.is_set():
+            return
+        if run_id is not None:
+            self.run_id = check_run_id(run_id)
+        self._settled.set()
+
+    @property
+    def settled(self) -> bool:
+        """Is the run id final (and the client sending)?"""
+        return self._settled.is_set()
 
     def set_snapshot(self, fn: Snapshot) -> None:
         """`fn()` is called on the sender thread; it must be cheap and not raise.
@@ -334,6 +359,7 @@ class TelemetryClient:
             self._close_extra = dict(extra or {})
         self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
         self._stop.set()
+        self._settled.set()  # a held client's last batch goes to the id it has
         self._wake.set()
 
     def __enter__(self) -> TelemetryClient:
@@ -343,16 +369,17 @@ class TelemetryClient:
         self.close()
 
     def _base(self, kind: str, ts: float) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "kind": kind, "ts": ts, "incarnation": self.incarnation,
-            **self.static,
-        }  # fmt: skip
+        ev = {"run_id": self.run_id, "kind": kind, "ts": ts, "incarnation": self.incarnation}
+        if self.attempt is not None:
+            ev["attempt"] = self.attempt
+        return {**ev, **self.static}
 
     def _number(self, events: list[dict[str, Any]]) -> None:
         """Give each event not yet numbered the next `seq` (the collector ignores a number
         it has stored already: a retried batch that did arrive changes nothing)."""
         for ev in events:
             if "seq" not in ev:
+                ev["run_id"] = self.run_id  # queued while held: the settled id
                 ev["seq"] = self._seq
                 self._seq += 1
 
@@ -404,6 +431,7 @@ class TelemetryClient:
 
     def _run(self) -> None:
         try:
+            self._settled.wait()
             while True:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
