@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from dashboard.collector import receipt
 from dashboard.collector.models import EventIn
 from dashboard.collector.records import (
     Closed,
@@ -62,7 +63,6 @@ from loader.wire import (
 )
 
 ROLLUP_S = 10
-MAX_WAIT_S = 5.0  # the longest an event is believed to have waited in its sender
 PRUNE_EVERY_S = 60.0
 RUN_COLUMNS = """r.*, (SELECT count(*) FROM ranks k WHERE k.run_id = r.run_id
   AND k.world_size = r.world_size) AS ranks"""
@@ -111,7 +111,7 @@ class Store:
         """
         arrived = time.time() if now is None else now
         with self._lock:
-            fresh, senders = self._fresh(events)
+            fresh, senders = receipt.fresh(self._write, events)
             if not fresh:
                 return 0
             new = self._store(fresh, senders, arrived)
@@ -120,35 +120,12 @@ class Store:
             self.prune(now)
         return len(fresh)
 
-    def _fresh(self, events: Sequence[EventIn]) -> tuple[list[EventIn], dict[tuple[str, str], int]]:
-        """The events not seen before, in their senders' order (`seq`, then `ts`: events
-        of clients without `seq` are all new), and each sender's new highest number."""
-        keys = {(e.run_id, e.incarnation) for e in events if e.incarnation is not None}
-        known: dict[tuple[str, str], int] = {}
-        for run_id, incarnation in keys:  # a batch is one client's: one or two reads
-            row = self._write.execute(
-                "SELECT seq FROM senders WHERE run_id = ? AND incarnation = ?",
-                (run_id, incarnation),
-            ).fetchone()
-            if row is not None:
-                known[run_id, incarnation] = row[0]
-        fresh = []
-        for e in sorted(events, key=lambda e: (e.seq is None, e.seq or 0, e.ts)):
-            if e.incarnation is not None and e.seq is not None:
-                key = (e.run_id, e.incarnation)
-                if e.seq <= known.get(key, -1):
-                    continue
-                known[key] = e.seq
-            fresh.append(e)
-        senders = {k: v for k, v in known.items() if k in keys}
-        return fresh, senders
-
     def _store(
         self, events: list[EventIn], senders: dict[tuple[str, str], int], arrived: float
     ) -> int:
         """Write `events` (received at `arrived`) in one transaction (the caller holds the
         lock); how many runs they started."""
-        received = self._received(events, arrived)
+        received = receipt.received(self._write, events, arrived)
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
         processes, process_ended, attempts = [], [], []
@@ -223,30 +200,6 @@ class Store:
             raise
         conn.execute("COMMIT")
         return new
-
-    def _received(self, events: list[EventIn], arrived: float) -> list[float]:
-        """Each event's receipt on the collector's clock: `arrived`, less the time it waited
-        in its sender (`sent_ts - ts` of its batch, a duration on the sender's one clock, so a
-        skewed, stepped or zeroed clock cancels out; 0 to `MAX_WAIT_S`). An event whose
-        batch carries no `sent_ts` (replayed history, clients older than it) is put at its
-        `ts` shifted by its process's last measured offset, never after `arrived`."""
-        sent = {(e.run_id, e.process): e.sent_ts for e in events if e.sent_ts is not None}
-        offsets: dict[tuple[str, int], float] = {}
-        for run_id, process in {(e.run_id, e.process) for e in events} - set(sent):
-            row = self._write.execute(
-                "SELECT clock_offset FROM processes WHERE run_id = ? AND process = ? "
-                "ORDER BY recv_ts DESC LIMIT 1",
-                (run_id, process),
-            ).fetchone()
-            offsets[run_id, process] = (row[0] or 0.0) if row is not None else 0.0
-        out = []
-        for e in events:
-            sent_ts = sent.get((e.run_id, e.process))
-            if sent_ts is None:
-                out.append(min(arrived, e.ts + offsets[e.run_id, e.process]))
-            else:
-                out.append(arrived - min(MAX_WAIT_S, max(0.0, sent_ts - e.ts)))
-        return out
 
     @staticmethod
     def _check_runs(conn: sqlite3.Connection, runs: dict[str, dict[str, Any]]) -> int:
