@@ -6,16 +6,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from streamlit.testing.v1 import AppTest
 
+from dashboard.client import ENV_API
 from dashboard.launch import start_dashboard
 from loader.telemetry.settings import job_identity
 from tests.net import free_port, get_json, wait_until
 
 JOB = str(Path(__file__).with_name("identity_job.py"))
+TIMELINE = Path(__file__).parent.parent / "dashboard" / "screens" / "timeline.py"
 LAUNCHERS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "GROUP_WORLD_SIZE")
 
 
@@ -90,3 +96,33 @@ def test_two_default_jobs_are_two_runs_and_a_resume_joins_its_run(
     assert crashed["ended"] == {"silent": 2}, crashed  # killed: no `closed`
     assert "silent" not in resume["ended"], resume
     assert crashed["attempt"] in {r for r in attempts if len(attempts[r]) == 2}  # its job's id
+
+
+def _post(url: str, events: list[dict[str, Any]]) -> None:
+    body = orjson.dumps({"events": events})
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(f"{url}/api/events", body, headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+
+
+def test_the_timeline_lists_a_runs_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash (no `closed`) and its resume (closed at exit): two rows, first first."""
+    now = time.time()
+    ev = {"run_id": "lm", "kind": "progress", "rank": 0, "world_size": 1, "num_splits": 2}
+    crash = {**ev, "ts": now - 60, "attempt": "jobA"}
+    resume = {**ev, "ts": now - 5, "attempt": "jobB"}
+    closed = {**resume, "kind": "closed", "data": {"reason": "exit"}}
+    with start_dashboard(port=0, db=str(tmp_path / "t.db"), ui=False) as collector:
+        _post(collector.api_url, [crash])
+        _post(collector.api_url, [resume, closed])
+        monkeypatch.setenv(ENV_API, collector.api_url)
+        page = AppTest.from_file(str(TIMELINE), default_timeout=60)
+        page.session_state["run_id"] = "lm"
+        page.run()
+    assert not page.exception
+    table = page.table[-1].value
+    assert list(table.index) == ["1: jobA", "2: jobB"]
+    assert list(table["processes ended"]) == ["1 silent", "1 exit"]
