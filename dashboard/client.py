@@ -80,5 +80,8 @@ class CollectorClient:
     def timeline(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._run(run_id, "timeline")["data"])
 
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self._run(run_id, "attempts")["data"])
+
     def events(self, run_id: str, kind: str, limit: int = 1000) -> list[dict[str, Any]]:
         return list(self._run(run_id, "events", kind=kind, limit=limit)["data"])

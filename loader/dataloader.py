@@ -24,6 +24,7 @@ from loader.mixture.dataset import MixedDataset
 from loader.read.prefetch import auto_reads_in_flight, map_ahead
 from loader.readable import Position, Readable, Stream, tell_mixture
 from loader.skips import already_skipped
+from loader.state import KEY_LINEAGE
 from loader.tasks import BatchReads, TaskSampler, as_is, pinned_read
 from loader.telemetry import reporter
 from loader.workers.context import clean_worker_context
@@ -374,6 +375,8 @@ class StreamingDataLoader(DataLoader[Any]):
     def state_dict(self) -> dict[str, Any]:
         """Per-split cursors of the batches the training loop received; the same on every rank."""
         state = self.streaming_dataset.make_state(self._batching)
+        if self._telemetry.lineage is not None:  # its telemetry run: a resume joins it
+            state[KEY_LINEAGE] = self._telemetry.lineage
         self._telemetry.state_taken(state)  # a DCP save shows on the dashboard's timeline
         return state
 

@@ -40,6 +40,9 @@ KEY_SKIPS_PENDING = "skips_pending"  # optional: [start, stop) of each range not
 KEY_AHEAD = "batches_ahead"  # optional (in_order=False): {"batch_size": b, "batches": [...]}
 # packed states: per split, the token offset inside the cursor's document; tokens dropped
 KEY_TOKEN_OFFSETS = "token_offsets"
+# optional: the telemetry run this state belongs to, made at a fresh start (its run id) and
+# kept by every resume, so a resume joins its job's run as a new attempt (issue 33)
+KEY_LINEAGE = "lineage"
 KEY_TOKENS_DROPPED = "tokens_dropped"
 
 # The plan's identity (`PlanIdentity`), as the state's "plan" object spells it

@@ -5,6 +5,8 @@ A stream is what the collector would receive from a job's processes: heartbeats 
 sender: a short interval that is not a heartbeat), slow and uneven steps, a clock skew per
 process, heartbeats lost on the way, and replicas (several processes of one data-parallel
 rank). Times are true times; each event's `ts` and `sent_ts` are on its process's clock.
+`troubled` adds what real clocks and networks do (issue 33): a clock stepped back, one
+heartbeat from the future, a `sent_ts` of 0, and batches delivered twice (replays).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Stream:
 
 def _event(p: Process, stream: Stream, kind: str, t: float, **fields: Any) -> dict[str, Any]:
     ev = {"run_id": "prop", "kind": kind, "ts": T0 + t + p.skew, "rank": p.rank}
+    ev |= {"incarnation": f"{p.global_rank + 1:08x}", "seq": len(p.sends)}  # numbered as sent
     ev |= {"world_size": stream.world, "num_splits": S, "rows_per_split": 1000}
     ev |= {"heartbeat_s": stream.beat}
     if stream.replicas > 1:
@@ -126,3 +129,43 @@ def hung(stream: Stream, at: float) -> None:
             if t >= at and ev["kind"] == wire.PROGRESS:
                 frozen = ev["global_step"] if frozen is None else frozen
                 ev["step"] = ev["global_step"] = frozen
+
+
+TROUBLES = ("none", "stepped back", "future", "zero sent_ts")
+
+
+@st.composite
+def troubles(draw: st.DrawFn, processes: int) -> list[tuple[str, float, float]]:
+    """Per process: what its clock does (`TROUBLES`), from which true time, and the share
+    of its sends delivered a second time later."""
+    return [
+        (draw(st.sampled_from(TROUBLES)), draw(st.floats(2.0, 40.0)), draw(st.floats(0.0, 0.3)))
+        for _ in range(processes)
+    ]
+
+
+def troubled(stream: Stream, plan: list[tuple[str, float, float]], seed: int) -> None:
+    """Apply `plan` (`troubles`) to the sends as they leave: a clock stepped back an hour
+    from `at` on; one heartbeat at `at` 4 min ahead; heartbeats from `at` on with `sent_ts`
+    0; and a `replay` share of sends re-delivered byte for byte 0.5-20 s after (a retry or
+    a proxy's resend), the dead's included."""
+    rng = random.Random(seed)
+    for p, (trouble, at, replay) in zip(stream.processes, plan, strict=True):
+        future_done = False
+        for t, ev in p.sends:
+            if t < at:
+                continue
+            if trouble == "stepped back":
+                ev["ts"] -= 3600.0
+                if "sent_ts" in ev:
+                    ev["sent_ts"] -= 3600.0
+            elif trouble == "future" and not future_done and "sent_ts" in ev:
+                ev["ts"] += 240.0
+                ev["sent_ts"] += 240.0
+                future_done = True
+            elif trouble == "zero sent_ts" and "sent_ts" in ev:
+                ev["sent_ts"] = 0.0
+        again = [
+            (t + rng.uniform(0.5, 20.0), dict(ev)) for t, ev in p.sends if rng.random() < replay
+        ]
+        p.sends = sorted([*p.sends, *again], key=lambda s: s[0])

@@ -40,6 +40,7 @@ BROKEN = {
     "`splits`, when sent, is `loader.layout.owned_splits": [_event(splits=[0, 2])],
     "`cursors`, when sent, has one entry per split": [_event(cursors=[0])],
     "`ts` lies in [now - keep_days, now + max_clock_skew_s]": [_event(ts=0.0)],
+    "`seq` and `incarnation` are sent together or not at all": [_event(seq=3)],
     "at most 8 run ids": [_event(run_id=f"r{i}") for i in range(9)],
 }
 

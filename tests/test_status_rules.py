@@ -6,7 +6,9 @@ collector would, polled every 0.3 s on the collector's clock.
 - a healthy stream never reads stalled or crashed;
 - a killed process is named within its threshold, and the processes a launcher terminated
   after it read "terminated after rank N died";
-- a hung collective (heartbeats go on, no step moves) reads stalled, as docs/dashboard.md says.
+- a hung collective (heartbeats go on, no step moves) reads stalled, as docs/dashboard.md says;
+- and the first two hold with real clocks' trouble (issue 33 items 7, 8): clocks stepped
+  back, heartbeats from the future, `sent_ts` 0, batches delivered twice.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 from dashboard.collector.models import EventIn
 from dashboard.collector.status import DEFAULT_HEALTH, run_status
 from dashboard.collector.store import Store
-from tests.streams import T0, Stream, healthy_streams, hung, killed
+from tests.streams import T0, Stream, healthy_streams, hung, killed, troubled, troubles
 
 POLL_S = 0.3
 EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,6 +90,42 @@ def test_a_killed_process_is_named_within_its_threshold(
         if stream.replicas > 1:  # and its place on the mesh
             victim_dp = stream.processes[victim].rank
             assert f"rank {victim_rank} (dp {victim_dp}, tp " in seen["headline"]
+
+
+@EXAMPLES
+@given(healthy_streams(), st.data())
+def test_a_healthy_stream_with_troubled_clocks_never_reads_stalled_or_crashed(
+    stream: Stream, data: st.DataObject
+) -> None:
+    """Skew, a clock stepped back an hour, a heartbeat 4 min ahead, `sent_ts` 0, replays:
+    the collector judges by receipt and ignores repeated numbers, so nothing flaps."""
+    until = stream.live_until()  # the last real heartbeats: replays come later
+    troubled(stream, data.draw(troubles(len(stream.processes))), data.draw(st.integers(0, 99)))
+    for now, status in polled(stream, until=until):
+        assert status["state"] == "running", (now, status["headline"])
+
+
+@EXAMPLES
+@given(healthy_streams(), st.data())
+def test_a_killed_process_with_troubled_clocks_is_named_first(
+    stream: Stream, data: st.DataObject
+) -> None:
+    """A process killed while clocks misbehave and its last batches are re-delivered after
+    its death is still named, within its threshold, as the one that died first."""
+    victim = data.draw(st.integers(0, len(stream.processes) - 1), label="victim")
+    at = data.draw(st.floats(15.0, 30.0), label="killed at")
+    killed(stream, victim, at, None)
+    troubled(stream, data.draw(troubles(len(stream.processes))), data.draw(st.integers(0, 99)))
+    named_by = at + DEFAULT_HEALTH.crashed_after * stream.beat * 2.5 + 1  # replays change nothing
+    seen = None
+    for now, status in polled(stream, until=named_by + 3 * POLL_S):
+        if now >= named_by:
+            seen = status
+            break
+    assert seen is not None
+    first = [r["process"] for r in seen["ranks"] if r["first"] or len(seen["ranks"]) == 1]
+    assert seen["state"] == "crashed", seen["headline"]
+    assert first == [stream.processes[victim].global_rank], seen["headline"]
 
 
 @EXAMPLES

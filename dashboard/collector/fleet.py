@@ -23,11 +23,12 @@ from dashboard.collector.store import ROLLUP_S, Store
 JUDGED = (
     "process", "rank", "mesh", "ts", "interval_s", "prev_interval_s", "epoch", "step",
     "global_step", "step_ts", "moved_s", "epochs_done", "end_step", "heartbeat_s",
-    "clock_offset",
+    "clock_offset", "recv_ts", "step_recv",
 )  # fmt: skip
 _PROCESSES = (
     f"SELECT p.run_id, {', '.join('p.' + c for c in JUDGED)} FROM runs r CROSS JOIN processes p "
-    "ON p.run_id = r.run_id AND p.world_size = r.world_size WHERE r.last_ts >= ? "
+    "ON p.run_id = r.run_id AND p.world_size = r.world_size "
+    "WHERE coalesce(r.last_recv, r.last_ts) >= ? "
     "ORDER BY r.run_id, p.process"
 )
 # per rank of the current world, the rollup buckets from the one holding `last_ts - window`
@@ -35,13 +36,13 @@ _TOTALS = (
     "SELECT k.run_id, k.rank, sum(k.rows), sum(k.tokens), sum(k.wait_s), sum(k.interval_s) "
     "FROM runs r JOIN rollup k ON k.run_id = r.run_id "
     "AND k.bucket >= CAST((r.last_ts - ?) / ? AS INTEGER) AND k.rank < r.world_size "
-    "WHERE r.last_ts >= ? GROUP BY k.run_id, k.rank"
+    "WHERE coalesce(r.last_recv, r.last_ts) >= ? GROUP BY k.run_id, k.rank"
 )
 
 
 def live_processes(store: Store, since: float) -> dict[str, list[dict[str, Any]]]:
     """Run id → its processes' last reports (the `JUDGED` fields of `Store.heartbeats`'
-    rows, in its order), for every run whose last report is at or after `since`."""
+    rows, in its order), for every run whose last report was received at or after `since`."""
     mesh = JUDGED.index("mesh") + 1
     out: dict[str, list[dict[str, Any]]] = {}
     for run_id, rows in groupby(store.tuples(_PROCESSES, since), key=itemgetter(0)):

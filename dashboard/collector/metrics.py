@@ -10,7 +10,7 @@ seconds since its last report and since its step last moved; per data-parallel r
 the last 30 s, global step; per dataset of a mixture: its weight, rows supplied and passes
 completed (its latest report).
 
-At scale: a run whose last report is older than `METRICS_KEEP_S` (15 min; a finished,
+At scale: a run whose last report was received longer ago than `METRICS_KEEP_S` (15 min; a finished,
 stopped or long-dead run) leaves /metrics (its views stay in the API), so a collector
 holding 1,000 runs exposes the live ones only. The text is written here rather than through
 `prometheus_client`'s object model (which spent ~70 % of a 1,000-run scrape validating and
@@ -178,6 +178,11 @@ def _mixture(store: Store, run_id: str, label: str, out: _Lines) -> None:
             out.add(key, (label, name), value)
 
 
+def _received(run: dict[str, Any]) -> float:
+    """When the collector received the run's last report (its sender's clock may be off)."""
+    return float(run["last_recv"] if run.get("last_recv") is not None else run["last_ts"])
+
+
 @dataclass(frozen=True)
 class _Live:
     """What one scrape reads for every live run at once (`dashboard.collector.fleet`)."""
@@ -197,7 +202,7 @@ def scrape(
     collecting = gc.isenabled()
     gc.disable()  # ~10 objects a process, none in a cycle: collections cost 10-15 % of it
     try:
-        runs = [run for run in store.runs() if run["last_ts"] >= since]
+        runs = [run for run in store.runs() if _received(run) >= since]
         live = _Live(
             health, live_processes(store, since), live_totals(store, since, STRAGGLER_WINDOW_S)
         )

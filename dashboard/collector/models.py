@@ -40,6 +40,7 @@ them), each a 422 naming the rule:
 - `splits`, when sent, is `loader.layout.owned_splits(rank, W, S, G)`: `[rank * S / W, (rank + 1) * S / W]` where W divides S, else the splits the rank's slice of each step touches (the ones it shares at its edges included);
 - `cursors`, when sent, has one entry per split in `splits`;
 - `ts` lies in [now - keep_days, now + max_clock_skew_s] on the collector's clock;
+- `seq` and `incarnation` are sent together or not at all;
 - one request carries events of at most 8 run ids.
 
 And one the store checks against what it holds (409): a run's `num_splits` never changes."""
@@ -97,6 +98,15 @@ class EventIn(BaseModel):
         | None
     ) = None
     sent_ts: Seconds | None = None  # the rank's clock when this batch left (progress only)
+    # Idempotence (issue 33): the sending client (random, one per client object, so a
+    # restarted process is a new one) and the event's number in its stream (from 0, one
+    # more each event). A number at or below the highest stored for its client is ignored.
+    # Clients older than it send neither: stored as they come (best effort).
+    incarnation: Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")] | None = None
+    seq: NonNeg | None = None
+    # The launcher's job that sent it (torchrun's run id, SLURM's job id, ...) and its restart:
+    # a run (one checkpoint lineage) lists its attempts (crash, resume) by this.
+    attempt: Annotated[Text, Field(min_length=1, max_length=160)] | None = None
     rows: NonNeg = 0
     batches: NonNeg = 0
     wait_s: Seconds = 0.0
@@ -113,6 +123,8 @@ class EventIn(BaseModel):
 
     @model_validator(mode="after")
     def _agrees_with_itself(self) -> EventIn:
+        if (self.seq is None) != (self.incarnation is None):
+            raise ValueError("seq and incarnation come together (the client and its count)")
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
         layout = f"W={self.world_size}, S={self.num_splits}, G={self.global_batch_size}"
@@ -156,7 +168,11 @@ class ErrorPublic(BaseModel):
 
 
 class IngestPublic(BaseModel):
+    """`accepted`: events of the request; `duplicates`: those ignored as a repeat or an older
+    number of their client (`seq`), so a retried or replayed batch changes nothing."""
+
     accepted: int
+    duplicates: int = 0
 
 
 class HealthPublic(BaseModel):
@@ -170,6 +186,7 @@ class RunPublic(BaseModel):
     run_id: str
     first_ts: float
     last_ts: float
+    last_recv: float | None = None  # the collector's clock when it received the last event
     world_size: int
     prev_world_size: int | None
     num_splits: int
@@ -183,6 +200,25 @@ class RunPublic(BaseModel):
 
 class RunsPublic(BaseModel):
     data: list[RunPublic]
+    count: int
+
+
+class AttemptPublic(BaseModel):
+    """One attempt of a run: a launcher's job (torchrun run id, SLURM job, ...) or its
+    restart; a crash and the resume from its checkpoint are two attempts of one run.
+    `ended`: its processes by how their `closed` said they ended (`exit`, `close`, `error`,
+    `terminated`), `silent` for those that sent none (killed, or still running)."""
+
+    attempt: str
+    first_ts: float
+    last_ts: float
+    world_size: int
+    processes: int
+    ended: dict[str, int]
+
+
+class AttemptsPublic(BaseModel):
+    data: list[AttemptPublic]
     count: int
 
 

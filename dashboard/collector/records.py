@@ -52,9 +52,10 @@ class Closed:
     error: str | None = None
     rank: int = -1
     restart: bool = False  # `terminated` by an elastic agent that has restarts left
+    recv: float | None = None  # when the collector received it (None: stored before that)
 
     @classmethod
-    def of(cls, ts: float, data: bytes, rank: int = -1) -> Closed:
+    def of(cls, ts: float, data: bytes, rank: int = -1, recv: float | None = None) -> Closed:
         said = orjson.loads(data) if data else {}
         reason, error = said.get("reason"), said.get("error")
         return cls(
@@ -63,6 +64,7 @@ class Closed:
             error if isinstance(error, str) else None,
             int(rank),
             said.get("restart") is True,
+            None if recv is None else float(recv),
         )
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 
-TABLES = ("runs", "ranks", "samples", "rollup", "events", "processes")
+TABLES = (
+    "runs", "ranks", "samples", "rollup", "events", "processes", "senders", "attempts",
+)  # fmt: skip
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -36,7 +38,18 @@ CREATE TABLE IF NOT EXISTS processes (
   ts REAL, interval_s REAL, prev_interval_s REAL, epoch INTEGER, step INTEGER,
   global_step INTEGER, step_ts REAL, moved_s REAL, epochs_done INTEGER, end_step INTEGER,
   heartbeat_s REAL, clock_offset REAL, PRIMARY KEY (run_id, world_size, process)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS senders (
+  run_id TEXT, incarnation TEXT, seq INTEGER, PRIMARY KEY (run_id, incarnation)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempts (
+  run_id TEXT, attempt TEXT, process INTEGER, world_size INTEGER, first_ts REAL, last_ts REAL,
+  first_recv REAL, last_recv REAL, reason TEXT,
+  PRIMARY KEY (run_id, attempt, process)) WITHOUT ROWID;
 """
+# `attempts`: per launcher attempt of a run (a crash and its resume are two) and process, when
+# it reported first and last, and how its `closed` said it ended (NULL: no `closed` came).
+# `senders`: per telemetry client (its `incarnation`, random, one per client object: a
+# restarted process is a new one) the highest event number stored; a repeated or older
+# number is ignored (events are idempotent).
 # `processes`: one row per process (its global rank): what the status rules judge. `ranks`
 # keeps one per data-parallel rank (the position its replicas share) for placement and
 # progress, so a mesh's replicas are counted as processes and never folded into one.
@@ -67,7 +80,18 @@ ADDED_COLUMNS = (
     # a split that ranks share (loader.layout); NULL from clients older than it
     ("ranks", "global_batch_size", "INTEGER"),
     ("events", "process", "INTEGER"),  # the global rank of the process that sent it
+    # liveness on the collector's clock (issue 33): when the collector received a run's,
+    # a process's, an event's latest report, and when it received the process's last step
+    # move; the sender's `seq` of a process's latest report
+    ("runs", "last_recv", "REAL"),
+    ("processes", "recv_ts", "REAL"),
+    ("processes", "step_recv", "REAL"),
+    ("processes", "seq", "INTEGER"),
+    ("events", "recv_ts", "REAL"),
 )
+# made after ADDED_COLUMNS (an older database gets `recv_ts` first): a process's latest
+# `closed` by receipt without reading the run's other events
+INDEXES = "CREATE INDEX IF NOT EXISTS events_closed ON events (run_id, kind, recv_ts)"
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -85,3 +109,4 @@ def add_columns(conn: sqlite3.Connection) -> None:
         have = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    conn.execute(INDEXES)

@@ -23,9 +23,12 @@ checkpoint's, makes a short interval that is not a heartbeat). A rank is:
 - **closed** when a `closed` came after its last report (after `close()`, not at exit, it
   counts as running for `rebuild_grace` beats: a loader rebuilt every epoch).
 
-Silence is measured on the collector's clock: a rank's reports are shifted by the offset
-between its clock and the collector's, measured from the `sent_ts` of its last batch, so a
-skewed clock neither hides nor invents a silence. Hysteresis: a state is entered only after
+Silence is measured on the collector's clock of receipt: the collector stamps every event
+with the time it received it, a process's silence runs from the receipt of its last report
+and its step's from the receipt of its last move, and who died first is decided by receipt.
+The sender's `ts` and `sent_ts` only order events and place them on the timeline: a clock
+that is skewed, stepped back, ahead or at 0 neither hides nor invents a silence (rows stored
+before receipts were kept fall back to `ts` shifted by the measured clock offset). Hysteresis: a state is entered only after
 its condition held for its whole threshold and left only on proof (a report ends a silence,
 a moved step ends a no-step stall), and the thresholds are those measured before the silence
 began, so a silence never moves its own threshold.
@@ -99,6 +102,25 @@ def on_our_clock(rank: dict[str, Any], ts: float) -> float:
     return ts + (rank.get("clock_offset") or 0.0)
 
 
+def received(rank: dict[str, Any]) -> float:
+    """When the collector received the process's last report (its own clock)."""
+    recv = rank.get("recv_ts")
+    return float(recv) if recv is not None else on_our_clock(rank, rank["ts"])
+
+
+def step_received(rank: dict[str, Any]) -> float:
+    """When the collector received the report in which the process's step last moved."""
+    recv = rank.get("step_recv")
+    if recv is not None:
+        return float(recv)
+    return on_our_clock(rank, rank.get("step_ts") or rank["ts"])
+
+
+def closed_at(rank: dict[str, Any], closed: Closed) -> float:
+    """When the collector received the process's `closed`."""
+    return closed.recv if closed.recv is not None else on_our_clock(rank, closed.ts)
+
+
 def _at_epoch_end(rank: dict[str, Any]) -> bool:
     return rank.get("end_step") is not None and rank["end_step"] == position(rank)
 
@@ -120,21 +142,21 @@ def rank_state(
 ) -> tuple[str, str | None]:
     """The rank's state and why: `silent`, `no step`, `error`, `signal` (or None)."""
     beat = beat_of(rank)
-    if closed is not None and closed.ts >= rank["ts"]:
+    if closed is not None and closed_at(rank, closed) >= received(rank):
         if closed.reason == CLOSE_REASON_ERROR:
             return "crashed", "error"
         if closed.reason == CLOSE_REASON_TERMINATED:
             return "terminated", "signal"
         rebuilding = closed.reason == CLOSE_REASON_CLOSE
-        if rebuilding and now - on_our_clock(rank, closed.ts) < health.rebuild_grace * beat:
+        if rebuilding and now - closed_at(rank, closed) < health.rebuild_grace * beat:
             return "running", None
         return "closed", None
-    silent = now - on_our_clock(rank, rank["ts"])
+    silent = now - received(rank)
     if silent > health.crashed_after * beat:
         return "crashed", "silent"
     if silent > health.stalled_after * beat:
         return "stalled", "silent"
-    no_step = now - on_our_clock(rank, rank.get("step_ts") or rank["ts"])
+    no_step = now - step_received(rank)
     if no_step > no_step_limit(rank, health, beat):
         return "stalled", "no step"
     return "running", None
@@ -167,13 +189,13 @@ def _killed(
 ) -> list[tuple[dict[str, Any], str, str | None]]:
     """Once a process was terminated, one that went silent before that without a `closed`
     was killed (the launcher terminated the others because it died): crashed at once."""
-    ends = [on_our_clock(r, closed[r["process"]].ts) for r, s, _ in judged if s == "terminated"]
+    ends = [closed_at(r, closed[r["process"]]) for r, s, _ in judged if s == "terminated"]
     if not ends:
         return judged
     first = min(ends)
     out = []
     for r, state, why in judged:
-        last = on_our_clock(r, r["ts"])
+        last = received(r)
         before = state in ("running", "stalled") and last < first
         if before and now - last > health.killed_after * beat_of(r):
             state, why = "crashed", "silent"
@@ -182,8 +204,8 @@ def _killed(
 
 
 def _died_at(r: dict[str, Any], why: str | None, closed: dict[int, Closed]) -> float:
-    """When a crashed rank died: its `closed` for an error, else its last report."""
-    return closed[r["process"]].ts if why == "error" else float(r["ts"])
+    """When a crashed rank died, by receipt: its `closed` for an error, else its last report."""
+    return closed_at(r, closed[r["process"]]) if why == "error" else received(r)
 
 
 def _first_death(
@@ -222,7 +244,7 @@ def run_status(
     if ranks is None:
         ranks = store.heartbeats(run["run_id"], run["world_size"])
     # a `closed` that counts came after the rank's last report
-    since = min((r["ts"] for r in ranks), default=run["last_ts"])
+    since = min((received(r) for r in ranks), default=run.get("last_recv") or run["last_ts"])
     closed = store.closed_ranks(run["run_id"], run["world_size"], since)
     judged = [(r, *rank_state(r, closed.get(r["process"]), now, health)) for r in ranks]
     judged = _killed(judged, closed, now, health)
@@ -236,8 +258,8 @@ def run_status(
         if state == "terminated" and cause is not None:
             why = f"after {process_name(cause[0])} died"
         counts[state] += 1
-        silent = now - on_our_clock(r, r["ts"])
-        no_step = now - on_our_clock(r, r.get("step_ts") or r["ts"])
+        silent = now - received(r)
+        no_step = now - step_received(r)
         error = closed[r["process"]].error if why == "error" else None
         states.append(
             {"rank": r["rank"], "process": r["process"], "mesh": r.get("mesh"),

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from dashboard.collector import receipt
 from dashboard.collector.models import EventIn
 from dashboard.collector.records import (
     Closed,
@@ -43,10 +44,12 @@ from dashboard.collector.writes import (
     INSERT_SAMPLE,
     NEW_WORLD,
     PROCESS_EPOCH_ENDED,
+    UPSERT_ATTEMPT,
     UPSERT_PROCESS,
     UPSERT_RANK,
     UPSERT_ROLLUP,
     UPSERT_RUN,
+    UPSERT_SENDER,
     run_row,
 )
 from loader.wire import (
@@ -98,21 +101,49 @@ class Store:
         return cursor.execute(sql, args).fetchall()
 
     def ingest(self, events: Sequence[EventIn], now: float | None = None) -> int:
-        """Store one batch in one transaction: all of it or (on error) none of it.
+        """Store one batch in one transaction: all of it or (on error) none of it; returns
+        how many events were stored (`duplicates`: the rest).
 
+        Every event is stamped with `now`, its receipt on the collector's clock (the status
+        rules judge silence from it). An event numbered (`seq`) at or below the highest
+        number stored for its client is ignored: a retried or replayed batch changes nothing.
         Raises `RunConflict` (nothing stored) when an event's S differs from its run's.
         """
         arrived = time.time() if now is None else now
+        with self._lock:
+            fresh, senders = receipt.fresh(self._write, events)
+            if not fresh:
+                return 0
+            new = self._store(fresh, senders, arrived)
+        now = time.time() if now is None else now
+        if new or now - self._pruned_at >= PRUNE_EVERY_S:
+            self.prune(now)
+        return len(fresh)
+
+    def _store(
+        self, events: list[EventIn], senders: dict[tuple[str, str], int], arrived: float
+    ) -> int:
+        """Write `events` (received at `arrived`) in one transaction (the caller holds the
+        lock); how many runs they started."""
+        received = receipt.received(self._write, events, arrived)
         runs: dict[str, dict[str, Any]] = {}
         worlds, ranks, ended, samples, rollup, discrete = [], [], [], [], [], []
-        processes, process_ended = [], []
-        for e in sorted(events, key=lambda e: e.ts):
+        processes, process_ended, attempts = [], [], []
+        for e, recv in zip(events, received, strict=True):
+            if e.attempt is not None:
+                reason = e.data.get("reason") if e.kind == CLOSED else None
+                attempts.append(
+                    (e.run_id, e.attempt, e.process, e.world_size, e.ts, e.ts, recv, recv,
+                     reason if isinstance(reason, str) else None)
+                )  # fmt: skip
             run = runs.get(e.run_id)
             if run is None:
                 run = runs[e.run_id] = run_row(e)
             elif run["num_splits"] != e.num_splits:
                 raise RunConflict(conflict(e.run_id, run["num_splits"], e.num_splits))
-            run["last_ts"], run["events"] = e.ts, run["events"] + 1
+            run["last_ts"], run["events"] = max(run["last_ts"], e.ts), run["events"] + 1
+            run["first_ts"] = min(run["first_ts"], e.ts)
+            run["last_recv"] = max(run["last_recv"] or 0.0, recv)
             for key in ("total_epochs", "total_steps", "seq_len"):
                 run[key] = getattr(e, key) if getattr(e, key) is not None else run[key]
             if e.kind == CHECKPOINT_LOADED:
@@ -125,7 +156,7 @@ class Store:
             if e.kind != PROGRESS:
                 data = orjson.dumps(e.data)
                 said = (e.run_id, e.ts, e.kind, e.rank, e.world_size)
-                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process))
+                discrete.append((*said, e.epoch, e.step, data, e.global_step, e.process, recv))
                 continue
             lo, hi = e.splits if e.splits else (None, None)
             cursors = orjson.dumps(e.cursors) if e.cursors is not None else None
@@ -136,7 +167,8 @@ class Store:
             mesh = orjson.dumps(e.mesh) if e.mesh is not None else None
             processes.append(
                 (e.run_id, e.world_size, e.process, e.rank, mesh, e.host, e.ts,
-                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset)
+                 e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset,
+                 recv, recv, e.seq)
             )  # fmt: skip
             ranks.append(
                 (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
@@ -147,29 +179,27 @@ class Store:
             row = (e.rows, e.batches, e.wait_s, e.interval_s, tokens)
             samples.append((e.run_id, e.rank, e.ts, e.step, *row))
             rollup.append((e.run_id, e.rank, int(e.ts // ROLLUP_S), *row))
-        with self._lock:
-            conn = self._write
-            conn.execute("BEGIN")
-            try:
-                new = self._check_runs(conn, runs)
-                self._count_new_runs(new)
-                conn.executemany(UPSERT_RUN, list(runs.values()))
-                conn.executemany(NEW_WORLD, worlds)
-                conn.executemany(UPSERT_RANK, ranks)
-                conn.executemany(UPSERT_PROCESS, processes)
-                conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
-                conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
-                conn.executemany(INSERT_SAMPLE, samples)
-                conn.executemany(UPSERT_ROLLUP, rollup)
-                conn.executemany(INSERT_EVENT, discrete)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        now = time.time() if now is None else now
-        if new or now - self._pruned_at >= PRUNE_EVERY_S:
-            self.prune(now)
-        return len(events)
+        conn = self._write
+        conn.execute("BEGIN")
+        try:
+            new = self._check_runs(conn, runs)
+            self._count_new_runs(new)
+            conn.executemany(UPSERT_RUN, list(runs.values()))
+            conn.executemany(NEW_WORLD, worlds)
+            conn.executemany(UPSERT_RANK, ranks)
+            conn.executemany(UPSERT_PROCESS, processes)
+            conn.executemany(EPOCH_ENDED, ended)  # after the ranks: they may be new
+            conn.executemany(PROCESS_EPOCH_ENDED, process_ended)
+            conn.executemany(INSERT_SAMPLE, samples)
+            conn.executemany(UPSERT_ROLLUP, rollup)
+            conn.executemany(INSERT_EVENT, discrete)
+            conn.executemany(UPSERT_SENDER, [(*k, seq) for k, seq in senders.items()])
+            conn.executemany(UPSERT_ATTEMPT, attempts)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return new
 
     @staticmethod
     def _check_runs(conn: sqlite3.Connection, runs: dict[str, dict[str, Any]]) -> int:
@@ -317,17 +347,22 @@ class Store:
 
     def closed_ranks(self, run_id: str, world_size: int, since: float) -> dict[int, Closed]:
         """Process (global rank) → its latest `closed` event (sent by `close()`, at exit and on
-        SIGTERM) at or after
-        `since` (the events index makes that a short range, not the run's events)."""
+        SIGTERM) received at or after `since` (collector's clock; events stored before
+        receipts were kept: sent then), read through the `events_closed` index."""
         rows = self.query(
-            "SELECT rank, coalesce(process, rank) AS process, max(ts) AS ts, data FROM events "
-            "WHERE run_id = ? AND ts >= ? AND world_size = ? AND kind = ? GROUP BY 2",
+            "SELECT rank, coalesce(process, rank) AS process, ts, data, "
+            "max(coalesce(recv_ts, ts)) AS recv FROM events "
+            "WHERE run_id = ? AND kind = ? AND world_size = ? "
+            "AND (recv_ts >= ? OR recv_ts IS NULL AND ts >= ?) GROUP BY 2",
             run_id,
-            since,
-            world_size,
             CLOSED,
+            world_size,
+            since,
+            since,
         )
-        return {int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"]) for r in rows}
+        return {
+            int(r["process"]): Closed.of(r["ts"], r["data"], r["rank"], r["recv"]) for r in rows
+        }
 
     def closed_between(self, run_id: str, since: float, until: float) -> list[Closed]:
         """The `closed` events of any world in [since, until): who closed before a resume."""
@@ -429,6 +464,27 @@ class Store:
             limit,
         )
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]
+
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's attempts (a launcher's job or restart: a crash and its resume are two), in
+        the order they began (by receipt): when each reported first and last, its world
+        size, processes, and how many closed by each reason (`silent`: no `closed`, killed
+        or crashed unless the attempt is still going)."""
+        rows = self.query(
+            "SELECT attempt, min(first_ts) AS first_ts, max(last_ts) AS last_ts, "
+            "max(world_size) AS world_size, count(*) AS processes, min(first_recv) AS f, "
+            "json_group_array(coalesce(reason, 'silent')) AS reasons "
+            "FROM attempts WHERE run_id = ? GROUP BY attempt ORDER BY f, attempt",
+            run_id,
+        )
+        out = []
+        for row in rows:
+            ended: dict[str, int] = {}
+            for reason in orjson.loads(row["reasons"]):
+                ended[reason] = ended.get(reason, 0) + 1
+            attempt = {k: row[k] for k in ("attempt", "first_ts", "last_ts", "world_size")}
+            out.append({**attempt, "processes": row["processes"], "ended": ended})
+        return out
 
     def reporting_buckets(self, run_id: str) -> list[int]:
         """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""

@@ -12,15 +12,17 @@ from dashboard.collector.models import EventIn
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
-  world_size, world_since, events, total_epochs, total_steps, seq_len, resumed_ts)
+  world_size, world_since, events, total_epochs, total_steps, seq_len, resumed_ts, last_recv)
   VALUES (:run_id, :first_ts, :last_ts, :num_splits, :rows_per_split, :batch_size,
-  :world_size, :first_ts, :events, :total_epochs, :total_steps, :seq_len, :resumed_ts)
+  :world_size, :first_ts, :events, :total_epochs, :total_steps, :seq_len, :resumed_ts,
+  :last_recv)
 ON CONFLICT (run_id) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts),
   total_epochs = coalesce(excluded.total_epochs, total_epochs),
   total_steps = coalesce(excluded.total_steps, total_steps),
   seq_len = coalesce(excluded.seq_len, seq_len),
   resumed_ts = coalesce(max(resumed_ts, excluded.resumed_ts), resumed_ts, excluded.resumed_ts),
   last_ts = max(last_ts, excluded.last_ts), num_splits = excluded.num_splits,
+  last_recv = max(coalesce(last_recv, 0), excluded.last_recv),
   rows_per_split = excluded.rows_per_split,
   batch_size = coalesce(excluded.batch_size, batch_size), events = events + excluded.events
 """
@@ -32,7 +34,8 @@ UPDATE runs SET prev_world_size = world_size, world_size = ?, world_since = ?
 WHERE run_id = ? AND world_size != ? AND world_since < ?
 """
 # `step_ts` keeps when the position last moved; `prev_interval_s` the interval before (SET
-# reads the row's old values).
+# reads the row's old values). Rows follow the order of receipt (and of `seq`, then `ts`,
+# inside one batch), never the sender's clock: a clock stepped back must not freeze them.
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
   lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
@@ -50,28 +53,48 @@ ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   interval_s = excluded.interval_s, tokens = excluded.tokens,
   blocks_per_split = excluded.blocks_per_split,
   global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
-  WHERE excluded.ts >= ranks.ts
 """
-# One row per process, what the status rules read: `step_ts` when its position last moved
-# (a process that reports but does not step is stalled), `moved_s` the usual time between
-# moves (a maximum decaying by 10 % a move), `clock_offset` how far the collector's clock
-# is ahead of the process's (from its last batch's `sent_ts`).
+# One row per process, what the status rules read: `recv_ts` when the collector received
+# its last report and `step_recv` its last step move (liveness is judged on these, the
+# collector's clock); `step_ts` the same move on the process's clock (the timeline);
+# `moved_s` the usual time between moves (received; a maximum decaying by 10 % a move),
+# `clock_offset` how far the collector's clock is ahead of the process's (from its last
+# batch's `sent_ts`: informative only).
 UPSERT_PROCESS = """
 INSERT INTO processes AS p (run_id, world_size, process, rank, mesh, host, ts, interval_s, epoch,
-  step, global_step, step_ts, heartbeat_s, clock_offset)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  step, global_step, step_ts, heartbeat_s, clock_offset, recv_ts, step_recv, seq)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, process) DO UPDATE SET
   step_ts = CASE WHEN excluded.global_step IS p.global_step AND excluded.step IS p.step
     AND excluded.epoch IS p.epoch THEN coalesce(p.step_ts, p.ts) ELSE excluded.ts END,
+  step_recv = CASE WHEN excluded.global_step IS p.global_step AND excluded.step IS p.step
+    AND excluded.epoch IS p.epoch THEN coalesce(p.step_recv, p.recv_ts, excluded.recv_ts)
+    ELSE excluded.recv_ts END,
   moved_s = CASE WHEN excluded.global_step IS p.global_step AND excluded.step IS p.step
     AND excluded.epoch IS p.epoch THEN p.moved_s
-    ELSE max(excluded.ts - coalesce(p.step_ts, p.ts), 0.9 * coalesce(p.moved_s, 0)) END,
+    ELSE max(excluded.recv_ts - coalesce(p.step_recv, p.recv_ts, excluded.recv_ts),
+      0.9 * coalesce(p.moved_s, 0)) END,
   prev_interval_s = p.interval_s, interval_s = excluded.interval_s, ts = excluded.ts,
   rank = excluded.rank, mesh = excluded.mesh, host = excluded.host, epoch = excluded.epoch,
   step = excluded.step, global_step = excluded.global_step,
   heartbeat_s = coalesce(excluded.heartbeat_s, p.heartbeat_s),
-  clock_offset = coalesce(excluded.clock_offset, p.clock_offset)
-  WHERE excluded.ts >= p.ts
+  clock_offset = coalesce(excluded.clock_offset, p.clock_offset),
+  recv_ts = excluded.recv_ts, seq = excluded.seq
+"""
+# The highest event number stored per client (`senders`): a repeat or an older one is ignored.
+UPSERT_SENDER = """
+INSERT INTO senders (run_id, incarnation, seq) VALUES (?, ?, ?)
+ON CONFLICT (run_id, incarnation) DO UPDATE SET seq = max(seq, excluded.seq)
+"""
+# A process of one attempt: its span of reports and how it ended (its last `closed`'s reason).
+UPSERT_ATTEMPT = """
+INSERT INTO attempts AS a (run_id, attempt, process, world_size, first_ts, last_ts, first_recv,
+  last_recv, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, attempt, process) DO UPDATE SET world_size = excluded.world_size,
+  first_ts = min(a.first_ts, excluded.first_ts), last_ts = max(a.last_ts, excluded.last_ts),
+  first_recv = min(a.first_recv, excluded.first_recv),
+  last_recv = max(a.last_recv, excluded.last_recv),
+  reason = coalesce(excluded.reason, a.reason)
 """
 INSERT_SAMPLE = """
 INSERT INTO samples (run_id, rank, ts, step, rows, batches, wait_s, interval_s, tokens)
@@ -97,7 +120,7 @@ UPDATE processes SET epochs_done = max(coalesce(epochs_done, 0), ?), end_step = 
 WHERE run_id = ? AND world_size = ? AND process = ?
 """
 INSERT_EVENT = "INSERT INTO events (run_id, ts, kind, rank, world_size, epoch, step, data, "
-INSERT_EVENT += "global_step, process) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT += "global_step, process, recv_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def run_row(e: EventIn) -> dict[str, Any]:
@@ -106,5 +129,5 @@ def run_row(e: EventIn) -> dict[str, Any]:
         "run_id": e.run_id, "first_ts": e.ts, "last_ts": e.ts, "num_splits": e.num_splits,
         "rows_per_split": e.rows_per_split, "batch_size": e.batch_size,
         "world_size": e.world_size, "events": 0, "total_epochs": None, "total_steps": None,
-        "seq_len": None, "resumed_ts": None,
+        "seq_len": None, "resumed_ts": None, "last_recv": None,
     }  # fmt: skip

@@ -1,5 +1,5 @@
 """Timeline: checkpoints (with their path), resumes, epoch ends, outages and a crash,
-placed by time and labelled by global step."""
+placed by time and labelled by global step; below, a run's attempts (crash, resume)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,29 @@ def live(by_step: bool) -> None:
     st.table(frame.iloc[::-1].set_index("time (UTC)"))
 
 
+@st.fragment(run_every=ui.REFRESH)
+def attempts() -> None:
+    """A run's attempts (a crash and the resume from its checkpoint are two), when it has
+    more than one: when each ran and how its processes ended."""
+    run_id = ui.selected_run()
+    tried = ui.fetch("attempts", run_id) if run_id else None
+    if not tried or len(tried) < 2:
+        return
+    st.subheader("Attempts")
+    ended = [", ".join(f"{n} {why}" for why, n in sorted(a["ended"].items())) for a in tried]
+    frame = pd.DataFrame(
+        {
+            "attempt": [f"{i + 1}: {ui.plain(a['attempt'])}" for i, a in enumerate(tried)],
+            "from (UTC)": [ui.clock(a["first_ts"]) for a in tried],
+            "to (UTC)": [ui.clock(a["last_ts"]) for a in tried],
+            "ranks": [a["world_size"] for a in tried],
+            "processes ended": ended,  # `silent`: sent no `closed` (killed, or still running)
+        }
+    )
+    st.table(frame.set_index("attempt"))
+
+
 st.header("Timeline")
 axis = st.radio("axis", ["time", "global step"], horizontal=True, label_visibility="collapsed")
 live(axis == "global step")
+attempts()

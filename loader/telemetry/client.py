@@ -17,7 +17,10 @@ shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (o
 `tokens` and `blocks_per_split` (packed data only: tokens this rank handed out this epoch, and
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
 says tokens per block), the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
-kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
+kind-specific fields of `event(kind, **fields)`), and `incarnation` (this client's random id)
+with `seq` (the event's number in its stream, assigned as it first goes out): the collector
+ignores a number it has stored, so a retried batch that did arrive changes nothing. The
+client's last batch ends with a
 `closed` event at the last position read (`data.reason`: `close` for `close()` or a
 collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
 type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
@@ -41,6 +44,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -56,7 +60,7 @@ from loader.telemetry.settings import (
     check_env,
     check_run_id,
     check_url,
-    default_run_id,
+    job_identity,
     job_length,
 )
 from loader.wire import (
@@ -199,8 +203,16 @@ class TelemetryClient:
         interval_s: float = 1.0,
         timeout_s: float | None = None,
         max_queue: int = 1024,
+        attempt: str | None = None,
+        hold: bool = False,
     ) -> None:
         self.run_id = check_run_id(run_id)
+        self.attempt = attempt  # the launcher's job (and restart) this process belongs to
+        # `hold`: the run id is a default that a resume may replace by its checkpoint's
+        # lineage (`settle`): nothing is sent before the loader's first batch, resume or close
+        self._settled = threading.Event()
+        if not hold:
+            self._settled.set()
         self.endpoint = check_url(url) + INGEST_PATH
         self.static = {k: static[k] for k in STATIC_KEYS if k in static}
         self.static.setdefault("host", socket.gethostname())
@@ -233,6 +245,10 @@ class TelemetryClient:
         self._final_by = 0.0  # monotonic deadline of the last send's retries
         self._position: dict[str, Any] = {}  # the last position read: the loader may be gone
         self._pid = os.getpid()
+        # Idempotence: this client's random id and the next number of its events, assigned
+        # on the sender thread as a batch first goes out (a retry re-sends the same numbers).
+        self.incarnation = uuid.uuid4().hex
+        self._seq = 0
         self._owner = threading.current_thread()  # its uncaught exception ends this client
         self._transient = True  # the last failure may pass on a retry
         self._stop = threading.Event()
@@ -255,7 +271,9 @@ class TelemetryClient:
         url = url or os.environ.get(ENV_URL) or None
         if url is None:
             return None
-        run_id = run_id or os.environ.get(ENV_RUN_ID) or default_run_id(static)
+        job, attempt = job_identity(static)
+        chosen = run_id or os.environ.get(ENV_RUN_ID)
+        run_id = chosen or job
         try:
             check_env(from_env, url, run_id)
         except ValueError as exc:
@@ -265,7 +283,22 @@ class TelemetryClient:
                 stacklevel=3,
             )
             return None
-        return cls(url, run_id, static, token=os.environ.get(ENV_TOKEN) or None)
+        token = os.environ.get(ENV_TOKEN) or None
+        return cls(url, run_id, static, token=token, attempt=attempt, hold=not chosen)
+
+    def settle(self, run_id: str | None = None) -> None:
+        """The run id is decided: `run_id` (a resumed checkpoint's lineage) if given, else
+        the one it was made with; a held client starts sending. A no-op once settled."""
+        if self._settled.is_set():
+            return
+        if run_id is not None:
+            self.run_id = check_run_id(run_id)
+        self._settled.set()
+
+    @property
+    def settled(self) -> bool:
+        """Is the run id final (and the client sending)?"""
+        return self._settled.is_set()
 
     def set_snapshot(self, fn: Snapshot) -> None:
         """`fn()` is called on the sender thread; it must be cheap and not raise.
@@ -326,6 +359,7 @@ class TelemetryClient:
             self._close_extra = dict(extra or {})
         self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
         self._stop.set()
+        self._settled.set()  # a held client's last batch goes to the id it has
         self._wake.set()
 
     def __enter__(self) -> TelemetryClient:
@@ -335,7 +369,19 @@ class TelemetryClient:
         self.close()
 
     def _base(self, kind: str, ts: float) -> dict[str, Any]:
-        return {"run_id": self.run_id, "kind": kind, "ts": ts, **self.static}
+        ev = {"run_id": self.run_id, "kind": kind, "ts": ts, "incarnation": self.incarnation}
+        if self.attempt is not None:
+            ev["attempt"] = self.attempt
+        return {**ev, **self.static}
+
+    def _number(self, events: list[dict[str, Any]]) -> None:
+        """Give each event not yet numbered the next `seq` (the collector ignores a number
+        it has stored already: a retried batch that did arrive changes nothing)."""
+        for ev in events:
+            if "seq" not in ev:
+                ev["run_id"] = self.run_id  # queued while held: the settled id
+                ev["seq"] = self._seq
+                self._seq += 1
 
     def _offer(self, ev: dict[str, Any]) -> None:
         try:
@@ -385,6 +431,7 @@ class TelemetryClient:
 
     def _run(self) -> None:
         try:
+            self._settled.wait()
             while True:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
@@ -401,8 +448,13 @@ class TelemetryClient:
         into a crashed one, so it is worth the exit budget; each try's timeout is cut to
         the time left."""
         pause = 0.05
+        closed_seq = None
         while True:
             batch = self._closing(events)  # the reason may have changed since the last try
+            if closed_seq is not None:
+                batch[-1]["seq"] = closed_seq  # the same `closed`: a repeat if it arrived
+            self._number(batch)
+            closed_seq = batch[-1]["seq"]
             left = self._final_by - time.monotonic()
             if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
                 return
@@ -418,6 +470,7 @@ class TelemetryClient:
         if not final and time.monotonic() < self._retry_at:
             self.dropped += len(events)
             return False
+        self._number(events)
         if events and events[0]["kind"] == PROGRESS:
             events[0]["sent_ts"] = time.time()  # the collector reads this rank's clock from it
         try:

@@ -66,6 +66,12 @@ class Reporter:
         """The telemetry client, when telemetry is on."""
         return None
 
+    @property
+    def lineage(self) -> str | None:
+        """The run a state of this loader belongs to (`loader.state.KEY_LINEAGE`): the
+        telemetry run id; None with telemetry off."""
+        return None
+
     def on_batch(self, rows: int, wait_s: float) -> None:
         """One batch reached the training loop, after `wait_s` seconds of waiting for it."""
 
@@ -118,6 +124,10 @@ class TelemetryReporter(Reporter):
     def client(self) -> TelemetryClient:
         return self._client
 
+    @property
+    def lineage(self) -> str:
+        return self._client.run_id
+
     def snapshot(self) -> dict[str, Any]:
         """The loader's position for `progress` events (`position_of`); {} once it is gone."""
         dl = self._loader()
@@ -125,6 +135,8 @@ class TelemetryReporter(Reporter):
 
     def on_batch(self, rows: int, wait_s: float) -> None:
         self._client.on_batch(rows, wait_s)
+        if not self._client.settled:  # the first batch of a fresh start: its own run
+            self._client.settle()
         self._mixture_stale = True
         if self._live_mixture and time.monotonic() - self._mixture_sent >= self.mixture_every_s:
             self._tell_mixture()
@@ -150,6 +162,9 @@ class TelemetryReporter(Reporter):
     ) -> None:
         from loader import state as st
 
+        # a default run id gives way to the checkpoint's lineage: the resume joins its run
+        lineage = state.get(st.KEY_LINEAGE)
+        self._client.settle(lineage if isinstance(lineage, str) else None)
         self._event(
             wire.CHECKPOINT_LOADED,
             world_size_before=state.get(st.KEY_WORLD_SIZE),

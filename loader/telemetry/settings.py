@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -31,13 +32,55 @@ def job_length(total_epochs: int | None, total_steps: int | None) -> dict[str, i
 
 
 def default_run_id(static: Mapping[str, Any]) -> str:
-    """One id that every torchrun rank of a job computes alike, without talking."""
+    """One id that every rank of a job computes alike, without talking (`job_identity`)."""
+    return job_identity(static)[0]
+
+
+def job_identity(static: Mapping[str, Any]) -> tuple[str, str]:
+    """(the job, this attempt of it), from the launcher's own identity of the job:
+
+    - torchrun's `TORCHELASTIC_RUN_ID` (`--rdzv-id`; `--standalone` draws a random one),
+    - SLURM's `SLURM_JOB_ID`, Ray's job id (when this process already runs Ray),
+    - plain torchrun on one node (its run id is "none"): its agent, the ranks' parent
+      process, by pid and start time (two jobs never share one, its restarts do),
+    - else `MASTER_ADDR-MASTER_PORT` (plain torchrun on several nodes, hand-made launchers:
+      give them `--rdzv-id` or `ELASTIC_LOADER_RUN_ID`), or this host and process.
+
+    The attempt is the job, with torchrun's restart count when the agent restarted it. A
+    resume from a checkpoint joins the checkpoint's run (its lineage) as a new attempt."""
+    host = str(static.get("host") or socket.gethostname())
     elastic = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    job = _launcher_job(elastic, host)
+    attempt = job if restart in ("", "0") else f"{job}-restart{restart}"
+    return job, attempt
+
+
+def _launcher_job(elastic: str, host: str) -> str:
     if elastic and elastic != "none":
         return elastic
+    if os.environ.get("SLURM_JOB_ID"):
+        return f"slurm-{os.environ['SLURM_JOB_ID']}"
+    ray = sys.modules.get("ray")  # never imported here: only a process already in Ray
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        return f"ray-{ray.get_runtime_context().get_job_id()}"
+    one_node = os.environ.get("GROUP_WORLD_SIZE") == "1"
+    if elastic == "none" and one_node:  # plain torchrun on one node: its agent is the job
+        agent = os.getppid()
+        return f"torchrun-{host}-{agent}-{_started(agent)}"
     port = os.environ.get("MASTER_PORT")
-    host = os.environ.get("MASTER_ADDR") or str(static.get("host") or socket.gethostname())
-    return f"{host}-{port}" if port else f"{host}-{os.getpid()}"
+    addr = os.environ.get("MASTER_ADDR") or host
+    return f"{addr}-{port}" if port else f"{host}-{os.getpid()}"
+
+
+def _started(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot, Linux), so a reused pid is
+    another job; '0' where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
 
 
 def check_url(url: str) -> str:

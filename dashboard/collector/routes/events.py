@@ -43,7 +43,8 @@ def ingest(batch: EventBatchIn, store: StoreDep, settings: SettingsDep) -> Inges
     now = time.time()
     _check_clock(batch, now - settings.keep_days * 86400, now + settings.max_clock_skew_s)
     try:
-        return IngestPublic(accepted=store.ingest(batch.events, now))
+        stored = store.ingest(batch.events, now)
+        return IngestPublic(accepted=len(batch.events), duplicates=len(batch.events) - stored)
     except RunConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     except TooManyNewRuns as exc:

@@ -22,6 +22,7 @@ from dashboard.collector.deps import (
     TokenDep,
 )
 from dashboard.collector.models import (
+    AttemptsPublic,
     EventsPublic,
     PlacementPublic,
     ProgressPublic,
@@ -55,6 +56,13 @@ def list_runs(store: StoreDep) -> Response:
 @router.get("/{run_id}", response_model=RunPublic, responses=RUN_ERRORS)
 def get_run(run: RunDep) -> Response:
     return _json(run)
+
+
+@router.get("/{run_id}/attempts", response_model=AttemptsPublic, responses=RUN_ERRORS)
+def get_attempts(run: RunDep, store: StoreDep) -> Response:
+    """The run's attempts, first first: a crash and its resume (joined by the checkpoint's
+    lineage) are two attempts of one run."""
+    return _listing(store.attempts(run["run_id"]))
 
 
 @router.get("/{run_id}/status", response_model=StatusPublic, responses=RUN_ERRORS)
