@@ -21,6 +21,7 @@ from loader.telemetry.settings import job_identity
 from tests.net import free_port, get_json, wait_until
 
 JOB = str(Path(__file__).with_name("identity_job.py"))
+REPO = str(Path(__file__).resolve().parents[1])
 TIMELINE = Path(__file__).parent.parent / "dashboard" / "screens" / "timeline.py"
 LAUNCHERS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "GROUP_WORLD_SIZE")
 
@@ -76,6 +77,7 @@ def test_two_default_jobs_are_two_runs_and_a_resume_joins_its_run(
         url = collector.api_url
         no_launcher.setenv("ELASTIC_LOADER_TELEMETRY", url)
         no_launcher.delenv("ELASTIC_LOADER_RUN_ID", raising=False)
+        no_launcher.setenv("PYTHONPATH", f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         port = free_port()
         assert _torchrun(parquet_rows, tmp_path / "a.ckpt", "crash", port).wait(300) != 0
         jobs = [
