@@ -1,0 +1,102 @@
+"""What the collector's API says about runs shaped like the examples (issue 33 points 10-15):
+REAL loaders in this process (`rank=`/`world_size=`, stepped together as DDP ranks are)
+report to a REAL collector in its own process, and each test compares what every endpoint
+answers with what the loaders handed out.
+
+The mixture is rebuilt mid-run as examples/pretrain_mixture.py anneals it (state taken, the
+old loader dropped without `close()`, a new one loading the state), and the loaders are
+dropped at the end as a training function returns: their `closed` is sent from the garbage
+collector, after the last heartbeat.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from loader import StreamingDataLoader
+from tests.collector_api import collector_process
+from tests.kinds_feed import mixture_build
+from tests.net import get_json, wait_until
+
+pytestmark = pytest.mark.slow  # a collector in its own process
+
+DEADLINE_S = 60.0  # a loaded machine's last sends
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with collector_process(tmp_path_factory.mktemp("runs") / "runs.db") as (_, url):
+        wait_until(lambda: get_json(url + "/api/runs", otherwise=None) is not None, 60, url)
+        yield url
+
+
+def _view(api: str, run: str, name: str, **params: Any) -> Any:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return get_json(f"{api}/api/runs/{run}/{name}" + (f"?{query}" if query else ""))
+
+
+def _ended(api: str, run: str, ranks: int) -> list[dict[str, Any]] | None:
+    """The run's `closed` events once every rank's last one is in."""
+    events = _view(api, run, "events", kind="closed", limit=1000)["data"]
+    return events if len(events) >= ranks else None
+
+
+def _settled(api: str, run: str) -> dict[str, Any] | None:
+    """The run's status once no rank reads running (a closed loader may be rebuilt for
+    3 beats: `Health.rebuild_grace`)."""
+    status = _view(api, run, "status")
+    return None if status["state"] in ("running", "starting") else status
+
+
+def _annealed(api: str, run: str, steps: int, anneal_at: int, packed: bool) -> list[Any]:
+    """Two ranks of web:code 3:1, rebuilt with 1:1 after `anneal_at` steps as the example
+    does (no `close()`: the old loaders are dropped); the rebuilt loaders are returned
+    after `steps` in all, still open."""
+
+    def loaders(weights: list[int]) -> list[StreamingDataLoader]:
+        return [
+            StreamingDataLoader(
+                mixture_build(r, 2, packed, weights), global_batch_size=8,
+                telemetry=api, run_id=run, total_steps=steps,
+            )
+            for r in range(2)
+        ]  # fmt: skip
+
+    ranks = loaders([3, 1])
+    _step(ranks, anneal_at)
+    state = ranks[0].state_dict()
+    ranks = loaders([1, 1])  # the old ones are dropped here, as `dl = make_loader(...)` does
+    for dl in ranks:
+        dl.load_state_dict(state)
+    _step(ranks, steps - anneal_at)
+    return ranks
+
+
+def _step(ranks: list[StreamingDataLoader], steps: int) -> None:
+    """`steps` batches of every rank, rank by rank; no iterator outlives the call."""
+    running = [iter(dl) for dl in ranks]
+    for _ in range(steps):
+        for it in running:
+            next(it)
+    del running
+    gc.collect()
+
+
+def test_an_annealed_mixture_run_reads_finished_at_its_last_step(api: str) -> None:
+    """Point 10: the rebuild is no crash, the run finished, `closed` carries the last step."""
+    ranks = _annealed(api, "annealed", steps=12, anneal_at=4, packed=False)
+    del ranks  # as the training function returns: the loaders close from the collector
+    gc.collect()
+    closed = wait_until(lambda: _ended(api, "annealed", 4), DEADLINE_S, "every closed")
+    last = sorted(closed, key=lambda e: e["ts"])[-2:]
+    assert [e["global_step"] for e in last] == [12, 12], last
+    rebuilt = sorted(closed, key=lambda e: e["ts"])[:2]
+    assert [e["global_step"] for e in rebuilt] == [4, 4], rebuilt
+    status = wait_until(lambda: _settled(api, "annealed"), DEADLINE_S, "the rebuild grace")
+    assert status["state"] == "finished", status["headline"]
+    labels = [i["label"] for i in _view(api, "annealed", "timeline")["data"]]
+    assert not [label for label in labels if "crash" in label], labels
