@@ -19,8 +19,8 @@ import pytest
 
 from loader import StreamingDataLoader
 from tests.collector_api import collector_process
-from tests.kinds_feed import mixture_build
-from tests.net import get_json, wait_until
+from tests.kinds_feed import SEQ, mixture_build, mixture_run
+from tests.net import get_bytes, get_json, wait_until
 
 pytestmark = pytest.mark.slow  # a collector in its own process
 
@@ -100,3 +100,26 @@ def test_an_annealed_mixture_run_reads_finished_at_its_last_step(api: str) -> No
     assert status["state"] == "finished", status["headline"]
     labels = [i["label"] for i in _view(api, "annealed", "timeline")["data"]]
     assert not [label for label in labels if "crash" in label], labels
+
+
+def test_every_endpoint_counts_what_a_packed_mixture_handed_out(api: str) -> None:
+    """Point 15: progress (the run, each rank, tokens) and /metrics agree with the blocks
+    and tokens the two ranks handed out."""
+    steps = 30
+    facts = mixture_run(api, "packed-mix", steps, packed=True)
+    wait_until(lambda: _ended(api, "packed-mix", 2), DEADLINE_S, "every closed")
+    blocks = facts["rows"]  # 8 blocks a step
+    progress = _view(api, "packed-mix", "progress")
+    assert progress["unit"] == "blocks" and progress["seq_len"] == SEQ
+    assert progress["rows_done"] == blocks, progress
+    assert progress["tokens_done"] == blocks * SEQ
+    assert progress["rows_total"] >= blocks and progress["global_step"] == steps
+    assert [b["rows_done"] for b in progress["ranks"]] == [blocks // 2] * 2
+    assert sum(b["tokens"] for b in progress["ranks"]) == blocks * SEQ
+    metrics = get_bytes(f"{api}/metrics").decode()
+    supplied = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("elastic_loader_mixture_rows_supplied") and "packed-mix" in line
+    ]
+    assert supplied == [facts["web"], facts["code"]], supplied

@@ -173,6 +173,9 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
     num_splits, (unit, per_split) = run["num_splits"], _units(run, ranks)
     status = run_status(store, run, health=health)
     state_of = {rank: s["state"] for rank, s in by_rank(status).items()}
+    mixed = store.latest_mixture(run["run_id"])
+    if mixed is not None:
+        return _mixture_progress(store, run, ranks, status, mixed)
     epochs_done = min((completed_epochs(r) for r in ranks), default=None)
     cursors: list[int | None] = [None] * num_splits
     bars = []
@@ -211,6 +214,64 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
         "ranks": bars,
         **_tokens(run, bars, rows_total, rate),
     }
+
+
+def _mixture_progress(
+    store: Store,
+    run: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    status: dict[str, Any],
+    mixed: dict[str, Any],
+) -> dict[str, Any]:
+    """A mixture's progress: what its ranks handed out (a mixture has no splits of its own:
+    its datasets' cursors are in its `mixture` events). The run's rows (packed: blocks) and
+    tokens are what its datasets supplied since the run began (the latest `mixture` event,
+    the same count on every W); each rank's, what it reported handing out in this world.
+    The total is the job's stated steps × G, else what was handed out."""
+    facts, g = mixed["data"], global_batch(ranks) or 0
+    packed = run.get("seq_len") is not None
+    state_of = {rank: s["state"] for rank, s in by_rank(status).items()}
+    handed = {
+        int(t["rank"]): t
+        for t in store.rank_totals(run["run_id"], run["world_since"], run["world_size"])
+    }
+    steps = run.get("total_steps")
+    bars = []
+    for r in ranks:
+        mine = handed.get(r["rank"])
+        done = int(mine["rows"] or 0) if mine else 0
+        total = max(done, steps * (r.get("batch_size") or 0)) if steps else done
+        bar = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
+        bar.update(global_step=r.get("global_step"), state=state_of.get(r["rank"], "closed"))
+        bar.update(rows_per_s=r["rows_per_s"], rows_done=done, rows_total=total)
+        bar.update(pct=100.0 * done / total if total else 0.0, tokens=None)
+        if packed and mine:
+            bar["tokens"] = int(mine["tokens"] or 0)
+        bar["replicas"] = replicas_text(r["rank"], status["ranks"])
+        bars.append(bar)
+    rows_done = sum(int(v) for v in facts.get("supplied") or [])
+    rows_total = max(rows_done, steps * g) if steps else rows_done
+    rate = sum(b["rows_per_s"] for b in bars if b["state"] == "running")
+    finished = status["state"] == "finished"
+    eta = 0.0 if finished else (rows_total - rows_done) / rate if rate > 0 else None
+    seq_len = run.get("seq_len")
+    return {
+        "run_id": run["run_id"], "state": status["state"],
+        "epoch": max((b["epoch"] for b in bars if b["epoch"] is not None), default=None),
+        "epochs_done": min((completed_epochs(r) for r in ranks), default=None),
+        "unit": "blocks" if packed else "rows", "rows_per_split": run["rows_per_split"],
+        "cursors": [None] * run["num_splits"],  # its datasets' are in its `mixture` events
+        "owner": layout_of(run["world_size"], run["num_splits"], g or None)["owner"],
+        "rows_done": rows_done, "rows_total": rows_total,
+        "epoch_pct": 100.0 * rows_done / rows_total if rows_total else 0.0,
+        "rows_per_s": rate, "eta_s": eta,
+        "global_step": max((b["global_step"] or 0 for b in bars), default=None),
+        "job": job_progress(run, bars, rate, finished, rows_total, g or None),
+        "ranks": bars, "seq_len": seq_len,
+        "tokens_done": sum(int(t) for t in facts.get("tokens_supplied") or []) if packed else None,
+        "tokens_total": rows_total * seq_len if seq_len else None,
+        "tokens_per_s": rate * seq_len if seq_len else None,
+    }  # fmt: skip
 
 
 def job_progress(
