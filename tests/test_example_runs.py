@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from dashboard.mixture import mixture_frame
 from loader import StreamingDataLoader
 from tests.collector_api import collector_process
 from tests.kinds_feed import SEQ, mixture_build, mixture_run
@@ -123,3 +124,36 @@ def test_every_endpoint_counts_what_a_packed_mixture_handed_out(api: str) -> Non
         if line.startswith("elastic_loader_mixture_rows_supplied") and "packed-mix" in line
     ]
     assert supplied == [facts["web"], facts["code"]], supplied
+
+
+def test_a_scheduled_weight_change_is_drawn_where_it_took_effect(api: str) -> None:
+    """Point 11: a schedule's change at global step 5 (mid-epoch) is on the Timeline at step
+    5, between the reports of steps 0 and 12, not at the next epoch's start."""
+    ranks = [
+        StreamingDataLoader(
+            mixture_build(r, 2, False, [3, 1], schedule=[(5, [1, 1])]), global_batch_size=8,
+            telemetry=api, run_id="scheduled",
+        )
+        for r in range(2)
+    ]  # fmt: skip
+    _step(ranks, 12)
+    for dl in ranks:
+        dl.close()
+    wait_until(lambda: _ended(api, "scheduled", 2), DEADLINE_S, "every closed")
+    items = _view(api, "scheduled", "timeline")["data"]
+    mixes = [i for i in items if i["kind"] == "mixture"]
+    assert [(i["step"], i["label"]) for i in mixes] == [
+        (0, "mixture: web 3/4, code 1/4 at step 0"),
+        (5, "mixture: web 1/2, code 1/2 at step 5"),
+    ], mixes
+    assert mixes[0]["ts"] <= mixes[1]["ts"]
+    reports = [
+        e
+        for k in ("mixture", "mixture_progress")
+        for e in _view(api, "scheduled", "events", kind=k)["data"]
+    ]
+    frame = mixture_frame(reports)
+    assert frame is not None
+    last = frame["share of the last 100 steps"]  # 5 steps of 6:2 rows, 7 of 4:4: 58 and 38
+    assert list(last) == [f"{58 / 96:.1%}", f"{38 / 96:.1%}"], frame
+    assert list(frame["rows supplied"]) == ["58", "38"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from dashboard.collector.phases import phases
 from dashboard.collector.status import (
     DEFAULT_HEALTH,
     Health,
@@ -325,8 +326,11 @@ def timeline(
         item["label"] = _label(row["kind"], row["epoch"], row["step"], row["world_size"], before)
         if row["kind"] == wire.STEPS_SKIPPED:  # Megatron-style: the data of steps [a, b) unread
             item["label"] = f"skipped steps [{row['data'].get('start')}, {row['data'].get('stop')})"
-        if row["kind"] == wire.MIXTURE:  # the weights in effect, as the loader sent them
-            item["label"] = _mixture_label(row["data"], row["step"])
+        if row["kind"] != wire.MIXTURE:  # a mixture's weights: drawn as phases, below
+            items.append(item)
+    for phase in phases(store, run["run_id"]):  # where each set of weights took effect
+        item = _item(wire.MIXTURE, phase["ts"], phase["step"], run["world_size"])
+        item.update(ranks=phase["ranks"], label=_mixture_label(phase["data"], phase["step"]))
         items.append(item)
     resumes = [i for i in items if i["kind"] == wire.CHECKPOINT_LOADED]
     found = items + _outages(store, run) + _crash(store, run, health)
