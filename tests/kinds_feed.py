@@ -37,9 +37,7 @@ def _loaders(build: Any, world: int, g: int, api: str, run: str) -> list[Streami
     ]
 
 
-def mixture_build(
-    r: int, w: int, packed: bool, weights: list[int], **mix: Any
-) -> MixedDataset:
+def mixture_build(r: int, w: int, packed: bool, weights: list[int], **mix: Any) -> MixedDataset:
     """Rank `r` of `w` over web and code with `weights` (rows, or packed blocks of `SEQ`
     tokens): 400 and 200 rows or documents, S = 3 and 2; `mix`: MixedDataset's options."""
     kw: dict[str, Any] = {"rank": r, "world_size": w, "shuffle_seed": 1}
