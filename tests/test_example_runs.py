@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dashboard.mixture import mixture_frame
+from dashboard.placement import planner_defaults
 from loader import StreamingDataLoader
 from tests.collector_api import collector_process
 from tests.kinds_feed import SEQ, mixture_build, mixture_run
@@ -157,3 +158,17 @@ def test_a_scheduled_weight_change_is_drawn_where_it_took_effect(api: str) -> No
     last = frame["share of the last 100 steps"]  # 5 steps of 6:2 rows, 7 of 4:4: 58 and 38
     assert list(last) == [f"{58 / 96:.1%}", f"{38 / 96:.1%}"], frame
     assert list(frame["rows supplied"]) == ["58", "38"]
+
+
+def test_the_planner_starts_from_a_dataset_of_the_mixture(api: str) -> None:
+    """Point 12: of a mixture run (web 400 rows, S = 3; code 200, S = 2; G = 8) the Planner
+    starts from a dataset's N and S and the mixture's G, not N = S = G."""
+    mixture_run(api, "planned", 2, packed=False)
+    placement = wait_until(
+        lambda: (p := _view(api, "planned", "placement"))["mixture"] and p, DEADLINE_S, "mixture"
+    )
+    first = planner_defaults(placement)
+    assert (first["rows"], first["num_splits"], first["global_batch"]) == (400, 3, 8)
+    assert first["dataset"] == "web" and "2" in first["gpus"].split(", ")
+    second = planner_defaults(placement, 1)
+    assert (second["rows"], second["num_splits"], second["dataset"]) == (200, 2, "code")

@@ -285,6 +285,7 @@ class MixtureDatasetPublic(BaseModel):
     name: str
     weight: str  # the share of every global step, as a fraction ("7/10")
     splits: int
+    rows: int | None = None  # N of the dataset (None from loaders before issue 33)
     segments: list[MixtureSegmentPublic]  # in the step `global_step` (two across a pass end)
 
 
