@@ -404,6 +404,7 @@ class StragglerPublic(BaseModel):
 class ThroughputPublic(BaseModel):
     run_id: str
     crashed_at: float | None  # the last report of the crashed ranks, if the run crashed
+    crashed_before: list[float] = []  # each crash a resume followed: its last report
     bucket_s: float
     band: list[BandPointPublic]
     count: int

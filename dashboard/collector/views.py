@@ -334,8 +334,45 @@ def timeline(
         items.append(item)
     resumes = [i for i in items if i["kind"] == wire.CHECKPOINT_LOADED]
     found = items + _outages(store, run) + _crash(store, run, health)
-    found += _crashes_before(store, run, resumes)
+    found += _crashes_before(store, run, resumes) + _terminated(store, run)
     return sorted(found, key=lambda item: item["ts"])
+
+
+def _terminated(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Processes stopped by a signal (a launcher's SIGTERM, a preemption): one item per
+    world and signal, at the first one's `closed`, with the ranks and their last step."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for e in store.events(run["run_id"], wire.CLOSED, MOST_CLOSED):
+        if e["data"].get("reason") == wire.CLOSE_REASON_TERMINATED:
+            signal = e["data"].get("signal")
+            key = (e["world_size"], signal if isinstance(signal, str) else "a signal")
+            groups.setdefault(key, []).append(e)
+    out = []
+    for (world, signal), closed in groups.items():
+        steps = [e["global_step"] for e in closed if e["global_step"] is not None]
+        step = max(steps) if steps else None
+        item = _item("terminated", min(e["ts"] for e in closed), step, world)
+        ranks = sorted({e["rank"] for e in closed})
+        who = f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
+        at = f" at step {step:,}" if step is not None else ""
+        item.update(ranks=len(closed), label=f"terminated by {signal}: {who}{at}")
+        out.append(item)
+    return out
+
+
+MOST_CLOSED = 100_000  # `closed` events read for the Timeline's terminated processes
+
+
+def resume_crashes(store: Store, run: dict[str, Any]) -> list[float]:
+    """When each crash that a resume of the run followed happened (its stretch's last
+    report that handed out data): the Throughput chart keeps their rules after a resume."""
+    resumes = [
+        {"ts": row["ts"], "world_size": row["world_size"],
+         "world_size_before": b if isinstance(b := row["data"].get("world_size_before"), int) else None}
+        for row in store.milestones(run["run_id"])
+        if row["kind"] == wire.CHECKPOINT_LOADED
+    ]  # fmt: skip
+    return [c["ts"] for c in _crashes_before(store, run, resumes)]
 
 
 def _crashes_before(
