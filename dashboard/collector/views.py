@@ -423,15 +423,38 @@ def _crash(store: Store, run: dict[str, Any], health: Health) -> list[dict[str, 
     if not dead:
         return []
     last = max(dead, key=lambda r: r["last_ts"])
-    item = _item("crash", last["last_ts"], last["global_step"], run["world_size"])
+    ts, on = _crash_by(store, run, status, dead)
+    item = _item("crash", max(ts, last["last_ts"]), last["global_step"], run["world_size"])
     who = (
         "every rank"
         if len(dead) == len(status["ranks"])
         else f"ranks {ranks_text([r['rank'] for r in dead])}"
     )
     at = f" after step {last['global_step']:,}" if last["global_step"] is not None else ""
+    if on is not None and last["global_step"] is not None and on > last["global_step"]:
+        at += f"; the others stepped on to step {on:,}"
     item.update(ranks=len(dead), label=f"crashed: {who} stopped reporting{at}")
     return [item]
+
+
+def _crash_by(
+    store: Store, run: dict[str, Any], status: dict[str, Any], dead: list[dict[str, Any]]
+) -> tuple[float, int | None]:
+    """By when a crash had happened, and the last step then: a dead process reported last
+    before its next report was due, but its peers, which wait for it at every step, stepped
+    on (a checkpoint saved meanwhile was saved before it died): the last step of the peers
+    that stopped stepping (stalled, terminated, closed), at that step's time. (0, None)
+    when no peer stopped: their steps date nothing."""
+    stopped = {r["process"] for r in status["ranks"] if r["state"] not in ("running", "crashed")}
+    stopped -= {r["process"] for r in dead}
+    peers = [
+        p for p in store.heartbeats(run["run_id"], run["world_size"]) if p["process"] in stopped
+    ]
+    if not peers:
+        return 0.0, None
+    latest = max(peers, key=lambda p: p.get("step_ts") or p["ts"])
+    step = latest.get("global_step")
+    return float(latest.get("step_ts") or latest["ts"]), step if isinstance(step, int) else None
 
 
 def _mixture_label(data: dict[str, Any], step: int | None) -> str:
