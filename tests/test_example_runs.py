@@ -12,7 +12,10 @@ collector, after the last heartbeat.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,3 +175,27 @@ def test_the_planner_starts_from_a_dataset_of_the_mixture(api: str) -> None:
     assert first["dataset"] == "web" and "2" in first["gpus"].split(", ")
     second = planner_defaults(placement, 1)
     assert (second["rows"], second["num_splits"], second["dataset"]) == (200, 2, "code")
+
+
+def test_the_synthetic_demo_reads_healthy_while_it_runs(api: str) -> None:
+    """Point 14: the documented demo keeps its ranks reporting after posting its history,
+    so 11 s on (past the 10 beats after which a silent rank reads stalled) every rank of
+    it still reads running, whatever the posting cost on a loaded machine."""
+    cmd = [sys.executable, "-m", "dashboard.synthetic", api, "--run-id", "demo"]
+    cmd += ["--ranks", "64", "--splits", "256", "--seconds", "5", "--follow", "20"]
+    demo = subprocess.Popen(cmd, cwd=Path(__file__).parent.parent)
+    try:
+        first = wait_until(lambda: _run(api, "demo"), DEADLINE_S, "the demo's history")
+        wait_until(
+            lambda: (_run(api, "demo") or first)["last_ts"] > first["last_ts"] + 11,
+            DEADLINE_S, "11 s of live reports",
+        )  # fmt: skip
+        status = _view(api, "demo", "status")
+        assert status["headline"] == "Running: 64 of 64 ranks reporting", status["headline"]
+    finally:
+        demo.kill()
+        demo.wait(30)
+
+
+def _run(api: str, run: str) -> dict[str, Any] | None:
+    return get_json(f"{api}/api/runs/{run}", otherwise=None)
