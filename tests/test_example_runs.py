@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from dashboard.mixture import mixture_frame
 from dashboard.placement import planner_defaults
-from loader import StreamingDataLoader
+from loader import StreamingDataLoader, StreamingDataset
+from tests.batches import step_through_epochs
 from tests.collector_api import collector_process
 from tests.kinds_feed import SEQ, mixture_build, mixture_run
 from tests.net import get_bytes, get_json, wait_until
@@ -199,3 +201,38 @@ def test_the_synthetic_demo_reads_healthy_while_it_runs(api: str) -> None:
 
 def _run(api: str, run: str) -> dict[str, Any] | None:
     return get_json(f"{api}/api/runs/{run}", otherwise=None)
+
+
+def test_a_resize_read_to_the_epoch_end_reads_every_row(api: str) -> None:
+    """Point 13: S = 8 splits of L = 101 rows, G = 24 (3 rows of every split a step, so the
+    epoch ends on a short step), read by W = 4 then resumed by W = 3 to the epoch's end:
+    the ranks handed out all 808 rows, and Progress says 808 of 808, each rank's share
+    adding up to them (not 800 from rounding the shared splits' parts down)."""
+
+    def loaders(world: int) -> list[StreamingDataLoader]:
+        table = pa.table({"id": list(range(8 * 101 + 5))})  # 5 surplus rows dropped by the plan
+        return [
+            StreamingDataLoader(
+                StreamingDataset(table, num_splits=8, shuffle_seed=3, rank=r, world_size=world),
+                global_batch_size=24, telemetry=api, run_id="resized-end", total_epochs=1,
+            )
+            for r in range(world)
+        ]  # fmt: skip
+
+    first = loaders(4)
+    _step(first, 10)
+    state = first[0].state_dict()
+    for dl in first:
+        dl.close()
+    after = loaders(3)
+    for dl in after:
+        dl.load_state_dict(state)
+    handed = 10 * 24 + sum(len(b["id"]) for rank in step_through_epochs(after, 24) for b in rank)
+    assert handed == 808  # 24 more steps: 23 of 24 rows and a short one of 16
+    for dl in after:
+        dl.close()
+    wait_until(lambda: _ended(api, "resized-end", 7), DEADLINE_S, "every closed")
+    progress = _view(api, "resized-end", "progress")
+    assert (progress["rows_done"], progress["rows_total"]) == (808, 808), progress
+    assert sum(b["rows_total"] for b in progress["ranks"]) == 808
+    assert sum(b["rows_done"] for b in progress["ranks"]) == 808
