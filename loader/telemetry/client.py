@@ -18,7 +18,9 @@ shared splits at its edges included: `loader.layout.owned_splits`), `cursors` (o
 the epoch's blocks per split, which the cursors and `rows` then count; the static `seq_len`
 says tokens per block), the interval's `rows`, `batches`, `wait_s`, `interval_s`, `rows_per_s`, and `data` (the
 kind-specific fields of `event(kind, **fields)`). The client's last batch ends with a
-`closed` event at the last position read (`data.reason`: `close` for `close()` or a
+`closed` event at the position the loader ended at, even once it is collected, and
+time-stamped when it closed, not when that was sent (so a loader rebuilt in the same process,
+as an anneal does, reports after it) (`data.reason`: `close` for `close()` or a
 collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
 type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
 finished rank from a crashed one. That batch is retried within the exit budget.
