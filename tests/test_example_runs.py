@@ -32,6 +32,7 @@ from tests.net import get_bytes, get_json, wait_until
 pytestmark = pytest.mark.slow  # a collector in its own process
 
 DEADLINE_S = 60.0  # a loaded machine's last sends
+LIVE = ("starting", "running", "stalled")  # a silent rank reads stalled before crashed
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +237,22 @@ def test_a_resize_read_to_the_epoch_end_reads_every_row(api: str) -> None:
     assert (progress["rows_done"], progress["rows_total"]) == (808, 808), progress
     assert sum(b["rows_total"] for b in progress["ranks"]) == 808
     assert sum(b["rows_done"] for b in progress["ranks"]) == 808
+
+
+def test_a_rank_killed_after_a_rebuild_reads_crashed(api: str) -> None:
+    """Point 10: the rank rebuilt its mixture (its old loader's `closed` at step 4) and was
+    SIGKILLed at step 7: on the status and in /metrics it reads crashed (after 20 beats of
+    silence), never closed, so a crash alert fires."""
+    job = [sys.executable, "-m", "tests.rebuild_kill_job", api, "killed-rebuild"]
+    proc = subprocess.run(job, cwd=Path(__file__).parent.parent, timeout=300, check=False)
+    assert proc.returncode == -9  # SIGKILL
+    status = wait_until(
+        lambda: (s := _view(api, "killed-rebuild", "status"))["state"] not in LIVE and s,
+        DEADLINE_S, "the rank's silence judged",
+    )  # fmt: skip
+    assert status["state"] == "crashed", status["headline"]
+    metrics = get_bytes(f"{api}/metrics").decode()
+    line = (
+        'elastic_loader_rank_state{run_id="killed-rebuild",rank="0",process="0",state="crashed"} 1'
+    )
+    assert line in metrics, [m for m in metrics.splitlines() if "killed-rebuild" in m]
