@@ -62,8 +62,8 @@ def _settled(api: str, run: str) -> dict[str, Any] | None:
 
 def _annealed(api: str, run: str, steps: int, anneal_at: int, packed: bool) -> list[Any]:
     """Two ranks of web:code 3:1, rebuilt with 1:1 after `anneal_at` steps as the example
-    does (no `close()`: the old loaders are dropped); the rebuilt loaders are returned
-    after `steps` in all, still open."""
+    does (no `close()`: the old loaders are dropped, and collected only once the new ones
+    loaded the state); the rebuilt loaders are returned after `steps` in all, still open."""
 
     def loaders(weights: list[int]) -> list[StreamingDataLoader]:
         return [
@@ -74,12 +74,17 @@ def _annealed(api: str, run: str, steps: int, anneal_at: int, packed: bool) -> l
             for r in range(2)
         ]  # fmt: skip
 
-    ranks = loaders([3, 1])
-    _step(ranks, anneal_at)
-    state = ranks[0].state_dict()
-    ranks = loaders([1, 1])  # the old ones are dropped here, as `dl = make_loader(...)` does
+    old = loaders([3, 1])
+    _step(old, anneal_at)
+    for dl in old:  # a heartbeat with these steps is in before the anneal, as in a real run
+        client, sent = dl._telemetry.client, dl._telemetry.client.sent  # type: ignore[attr-defined]
+        wait_until(lambda c=client, n=sent: c.sent > n, DEADLINE_S, "a report of the steps")
+    state = old[0].state_dict()
+    ranks = loaders([1, 1])
     for dl in ranks:
         dl.load_state_dict(state)
+    del old  # collected after the new ones loaded the state, as the example's loaders are
+    gc.collect()
     _step(ranks, steps - anneal_at)
     return ranks
 

@@ -370,13 +370,14 @@ def _terminated(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 MOST_CLOSED = 100_000  # `closed` events read for the Timeline's terminated processes
+REBUILT_WITHIN_S = 5.0  # a rebuilt loader's predecessor closes this soon after the resume
 
 
 def resume_crashes(store: Store, run: dict[str, Any]) -> list[float]:
     """When each crash that a resume of the run followed happened (its stretch's last
     report that handed out data): the Throughput chart keeps their rules after a resume."""
     resumes = [
-        {"ts": row["ts"], "world_size": row["world_size"],
+        {"ts": row["ts"], "world_size": row["world_size"], "step": row["step"],
          "world_size_before": b if isinstance(b := row["data"].get("world_size_before"), int) else None}
         for row in store.milestones(run["run_id"])
         if row["kind"] == wire.CHECKPOINT_LOADED
@@ -391,13 +392,16 @@ def _crashes_before(
     closed on an error), a crash item at that stretch's last report that handed out data."""
     out = []
     starts = [run["first_ts"], *(r["ts"] for r in resumes)]
+    closes = store.events(run["run_id"], wire.CLOSED, MOST_CLOSED) if resumes else []
     for since, resume in zip(starts, resumes, strict=False):
         last = store.last_active(run["run_id"], resume["ts"])
         if last is None or last["ts"] < since:
             continue  # nothing was read before this resume (or it is a second resume at once)
         world = resume["world_size_before"] or resume["world_size"]
-        closed = store.closed_between(run["run_id"], last["ts"] - 120, resume["ts"])
-        fine = {c.rank for c in closed if c.reason != wire.CLOSE_REASON_ERROR}
+        fine = {
+            c["rank"] for c in closes
+            if c["data"].get("reason") != wire.CLOSE_REASON_ERROR and _closed_before(c, last["ts"], resume)
+        }  # fmt: skip
         lost = world - len(fine & set(range(world)))
         if lost <= 0:
             continue
@@ -406,6 +410,17 @@ def _crashes_before(
                     "ranks did not close")  # fmt: skip
         out.append(item)
     return out
+
+
+def _closed_before(closed: dict[str, Any], last_ts: float, resume: dict[str, Any]) -> bool:
+    """Did this `closed` end the stretch before `resume`? Sent in the 2 minutes before it,
+    or (a loader rebuilt in its process, collected only after its successor loaded the
+    state: an anneal) within `REBUILT_WITHIN_S` after it, at a step no later than it."""
+    if last_ts - 120 <= closed["ts"] < resume["ts"]:
+        return True
+    step, at = closed["global_step"], resume["step"]
+    late = resume["ts"] <= closed["ts"] < resume["ts"] + REBUILT_WITHIN_S
+    return late and step is not None and at is not None and step <= at
 
 
 def _item(kind: str, ts: float, step: int | None, world: int) -> dict[str, Any]:
