@@ -10,6 +10,7 @@ differ at 64 ranks as at 1,024. Times are UTC on a 24-hour clock, as in the tabl
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import altair as alt
@@ -283,11 +284,14 @@ def rank_bars(ranks: list[dict[str, Any]]) -> alt.Chart:
 
 
 def band_chart(
-    band: list[dict[str, Any]], title: str, crashed_at: float | None = None
+    band: list[dict[str, Any]],
+    title: str,
+    crashed_at: float | None = None,
+    crashed_before: Sequence[float] = (),
 ) -> alt.LayerChart:
     """Rows/s across ranks per time bucket: min-max band and median line; each `segment`
     is drawn apart, so an outage is a gap, not a straight line across it; a red rule where
-    the run crashed."""
+    the run crashed, and where each crash that a resume followed happened."""
     frame = pd.DataFrame(band or [{"t": 0.0, "segment": 0, "median": 0.0, "min": 0.0, "max": 0.0}])
     frame["time"] = _ms(frame["t"])
     base = alt.Chart(frame).encode(x=_time_x(), detail="segment:N")
@@ -304,8 +308,12 @@ def band_chart(
         y="median:Q", tooltip=tooltip
     )
     layers: list[Any] = [area, line]
-    if crashed_at is not None:
-        crash = pd.DataFrame({"time": [_ms(crashed_at)], "what": ["crash: last report"]})
+    crashes = [(t, "crash before a resume: last report") for t in crashed_before]
+    crashes += [(crashed_at, "crash: last report")] if crashed_at is not None else []
+    if crashes:
+        crash = pd.DataFrame(
+            {"time": [_ms(t) for t, _ in crashes], "what": [w for _, w in crashes]}
+        )
         rule = alt.Chart(crash).mark_rule(
             color=STATE_COLOURS["crashed"], strokeWidth=2, strokeDash=[4, 3]
         )

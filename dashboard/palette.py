@@ -13,6 +13,7 @@ STATE_COLOURS |= {"behind": "#f0e442"}
 KIND_COLOURS = {
     "checkpoint saved": "#0072b2", "checkpoint loaded": "#56b4e9", "epoch end": "#999999",
     "mixture": "#cc79a7", "steps skipped": "#f0e442", "crash": "#d55e00", "outage": "#e69f00",
+    "terminated": "#000000",
 }  # fmt: skip
 DARK_TEXT_ON = ("stalled", "behind", "terminated", "previous world")  # light fills
 

@@ -56,13 +56,18 @@ def mixture_layout(facts: dict[str, Any], world_size: int) -> dict[str, Any]:
     reads a part of every dataset, so a mixture has no split-to-rank grid. O(K · W)."""
     names, weights = text_list(facts, "names"), text_list(facts, "weights")
     splits = list(facts.get("dataset_splits") or [])
+    rows = list(facts.get("dataset_rows") or [])  # sent from issue 33 on
     flat = list(facts.get("step_segments") or [])
     datasets = [
-        {"name": n, "weight": w, "splits": s, "segments": []}
-        for n, w, s in zip(names, weights, splits + [0] * (len(names) - len(splits)), strict=False)
-    ]
-    rows = sum(flat[2::3])
-    slices = [slice_bounds(r, world_size, rows) for r in range(world_size)] if rows else []
+        {"name": n, "weight": w, "splits": s, "rows": rows[k] if k < len(rows) else None,
+         "segments": []}
+        for k, (n, w, s) in enumerate(
+            zip(names, weights, splits + [0] * (len(names) - len(splits)), strict=False)
+        )
+    ]  # fmt: skip
+    step_rows = sum(flat[2::3])
+    slices = [slice_bounds(r, world_size, step_rows) for r in range(world_size)]
+    slices = slices if step_rows else []
     for k, start, count in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
         if not 0 <= k < len(datasets):
             continue  # an event from another mixture: nothing to place
@@ -73,7 +78,7 @@ def mixture_layout(facts: dict[str, Any], world_size: int) -> dict[str, Any]:
             if max(lo, start) < min(hi, stop)
         ]
         datasets[k]["segments"].append({"start": start, "stop": stop, "parts": parts})
-    return {"rows_per_step": rows or None, "datasets": datasets}
+    return {"rows_per_step": step_rows or None, "datasets": datasets}
 
 
 def rows_per_step(num_splits: int, global_batch: int | None) -> int | None:
@@ -127,10 +132,12 @@ PLANNER_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def planner_defaults(placement: dict[str, Any] | None) -> dict[str, Any]:
+def planner_defaults(placement: dict[str, Any] | None, dataset: int = 0) -> dict[str, Any]:
     """The Planner's starting values from the selected run's placement view: its S, N (S × L:
     the rows its epoch reads; the surplus under S is not reported), G (the global batch its
-    ranks reported), and its world size among the candidate GPU counts. `drop_last` starts unticked, the loader's default. None: `PLANNER_DEFAULTS`."""
+    ranks reported), and its world size among the candidate GPU counts. Of a mixture, the
+    N and S of its dataset number `dataset` (a mixture has no splits of its own) and the
+    mixture's G. `drop_last` starts unticked, the loader's default. None: `PLANNER_DEFAULTS`."""
     out = dict(PLANNER_DEFAULTS)
     if not placement:
         return out
@@ -138,6 +145,12 @@ def planner_defaults(placement: dict[str, Any] | None) -> dict[str, Any]:
     world = int(current.get("world_size") or 0)
     out["num_splits"] = int(placement["num_splits"])
     out["rows"] = max(out["num_splits"], out["num_splits"] * int(placement["rows_per_split"]))
+    mixed = (placement.get("mixture") or {}).get("datasets") or []
+    if mixed:
+        chosen = mixed[min(max(dataset, 0), len(mixed) - 1)]
+        out["num_splits"] = max(1, int(chosen["splits"]))
+        out["rows"] = max(out["num_splits"], int(chosen.get("rows") or out["num_splits"]))
+        out["dataset"] = chosen["name"]
     if current.get("global_batch_size"):
         out["global_batch"] = int(current["global_batch_size"])
     if world:

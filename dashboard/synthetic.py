@@ -7,6 +7,7 @@ the collector, its benchmark and the browser test exercise the real wire format.
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -172,11 +173,28 @@ def post_events(
     return accepted
 
 
+def post_live(url: str, events: Iterable[dict[str, Any]]) -> int:
+    """POST events (in time order) no earlier than their `ts`: those already past at once (a
+    run's history, in chunks), each later second when it comes, so the run reads as live
+    however long the history took to post (on a loaded machine, 1,024 ranks' minute takes
+    longer than the 10 beats after which a silent rank reads stalled). Returns how many
+    were accepted."""
+    accepted, due = 0, list[dict[str, Any]]()
+    for ev in events:
+        if ev["ts"] > time.time() and due:
+            accepted += post_events(url, due)
+            due = []
+        while ev["ts"] > time.time():
+            time.sleep(min(1.0, ev["ts"] - time.time()))
+        due.append(ev)
+    return accepted + (post_events(url, due) if due else 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m dashboard.synthetic URL --ranks 1024 --splits 4096`: a run for a demo or a
-    screenshot, posted to the collector at URL, its last second now."""
+    screenshot, posted to the collector at URL, a minute of history, then live for
+    `--follow` seconds (Ctrl-C stops it)."""
     import argparse
-    import time
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("url", help="the collector, e.g. http://127.0.0.1:8765")
@@ -190,13 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashed-rank", type=int, default=None, help="silent after 1/4 of it")
     parser.add_argument("--total-epochs", type=int, default=None)
     parser.add_argument("--global-batch", type=int, default=None, help="G (any W <= G)")
+    parser.add_argument(
+        "--follow", type=int, default=600, help="seconds it goes on reporting live (0: none)"
+    )
     args = parser.parse_args(argv)
+    if args.follow < 0:
+        parser.error(f"--follow must be 0 or more seconds, got {args.follow}")
     run = SyntheticRun(
         args.run_id,
         args.ranks,
         args.splits,
         args.rows_per_split,
-        args.seconds,
+        args.seconds + args.follow,
         time.time() - args.seconds,
         slow_rank=args.slow_rank,
         checkpoint_every=max(1, args.seconds // 3),
@@ -206,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         crashed_rank=args.crashed_rank,
         crash_at=args.seconds // 4,
     )
-    print(f"posted {post_events(args.url, synthetic_events(run)):,} events to {args.url}")
+    print(f"posting a {args.seconds} s history, then live for {args.follow} s", flush=True)
+    try:
+        print(f"posted {post_live(args.url, synthetic_events(run)):,} events to {args.url}")
+    except KeyboardInterrupt:
+        print("stopped")
     return 0
 
 

@@ -37,16 +37,22 @@ def _loaders(build: Any, world: int, g: int, api: str, run: str) -> list[Streami
     ]
 
 
+def mixture_build(r: int, w: int, packed: bool, weights: list[int], **mix: Any) -> MixedDataset:
+    """Rank `r` of `w` over web and code with `weights` (rows, or packed blocks of `SEQ`
+    tokens): 400 and 200 rows or documents, S = 3 and 2; `mix`: MixedDataset's options."""
+    kw: dict[str, Any] = {"rank": r, "world_size": w, "shuffle_seed": 1}
+    if packed:
+        kw |= {"columns": ["tokens"], "pack_sequences": SEQ, "eos_id": 0}
+    web = StreamingDataset(_docs(400, 1) if packed else _rows(400), num_splits=3, **kw)
+    code = StreamingDataset(_docs(200, 2) if packed else _rows(200, 1000), num_splits=2, **kw)
+    return MixedDataset({"web": web, "code": code}, weights, **mix)
+
+
 def mixture_run(api: str, run: str, steps: int, packed: bool) -> dict[str, Any]:
     """Two ranks over web:code = 3:1 (rows, or packed blocks of `SEQ` tokens), G = 8."""
 
     def build(r: int, w: int) -> MixedDataset:
-        kw: dict[str, Any] = {"rank": r, "world_size": w, "shuffle_seed": 1}
-        if packed:
-            kw |= {"columns": ["tokens"], "pack_sequences": SEQ, "eos_id": 0}
-        web = StreamingDataset(_docs(400, 1) if packed else _rows(400), num_splits=3, **kw)
-        code = StreamingDataset(_docs(200, 2) if packed else _rows(200, 1000), num_splits=2, **kw)
-        return MixedDataset({"web": web, "code": code}, [3, 1])
+        return mixture_build(r, w, packed, [3, 1])
 
     step_together(_loaders(build, 2, 8, api, run), steps)
     return {"rows": steps * 8, "web": steps * 6, "code": steps * 2}  # 3:1 of G = 8, exact

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from dashboard.collector.throughput import _band, _segments
 from dashboard.collector.views import gpu_labels
-from dashboard.synthetic import SyntheticRun
+from dashboard.synthetic import SyntheticRun, synthetic_events
 from tests.collector_api import collector_client, post, post_runs, view
 
 
@@ -147,3 +147,51 @@ def test_the_headline_is_the_bars(
     bars = [r["pct"] for r in progress["ranks"]]
     assert progress["epoch_pct"] == pytest.approx(statistics.fmean(bars))  # equal shares
     assert progress["rows_done"] == sum(sum(e["cursors"]) for e in events)
+
+
+_PROGRESS_ONLY = ("splits", "cursors", "rows", "batches", "wait_s", "interval_s", "rows_per_s")
+
+
+def _killed_job(client: TestClient, run_id: str, start: float) -> int:
+    """3 ranks, checkpoints every 5 s; rank 1 dies after 8 s, ranks 0 and 2 step on to 12 s
+    (a checkpoint at 10 s) and are SIGTERMed: their last global step."""
+    first = SyntheticRun(run_id, 3, 6, 100_000, 12, start, crashed_rank=1, crash_at=8,
+                         checkpoint_every=5)  # fmt: skip
+    events = list(synthetic_events(first))
+    last = {r: max((e for e in events if e["rank"] == r), key=lambda e: e["ts"]) for r in (0, 2)}
+    for ev in last.values():
+        said = {"reason": "terminated", "signal": "SIGTERM"}
+        closed = {"kind": "closed", "ts": ev["ts"] + 0.5, "data": said}
+        events.append({k: v for k, v in ev.items() if k not in _PROGRESS_ONLY} | closed)
+    assert post(client, events).status_code == 202
+    return max(e["global_step"] for e in last.values())
+
+
+def test_a_crash_is_drawn_after_the_checkpoints_its_peers_saved(client: TestClient) -> None:
+    """Issue 33 point 14: rank 1 last reported at 8 s; ranks 0 and 2, which wait for it at
+    every step, saved a checkpoint at 10 s: it died after that save, so the crash follows
+    it on the Timeline and says how far the others stepped."""
+    step = _killed_job(client, "killed", time.time() - 30)
+    items = view(client, "killed", "timeline")["data"]
+    kinds = [i["kind"] for i in items]
+    crash = items[kinds.index("crash")]
+    saved = [i for i in items if i["kind"] == "checkpoint_saved"]
+    assert saved[-1]["step"] > crash["step"]  # saved after rank 1's last report
+    assert kinds.index("crash") > max(i for i, k in enumerate(kinds) if k == "checkpoint_saved")
+    assert crash["label"].endswith(f"; the others stepped on to step {step:,}"), crash["label"]
+
+
+def test_a_crash_then_sigterm_then_resume_keeps_every_marker(client: TestClient) -> None:
+    """Issue 33 point 14: rank 1 of 3 dies, the launcher SIGTERMs ranks 0 and 2, the job
+    resumes on W = 2. The Timeline marks the SIGTERM (ranks, signal, step), and after the
+    resume the Throughput chart keeps the crash's rule."""
+    now = time.time()
+    step = _killed_job(client, "sig", now - 60)
+    resumed = SyntheticRun("sig", 2, 6, 100_000, 20, now - 30, world_size_before=3)
+    post_runs(client, resumed)
+    labels = [i["label"] for i in view(client, "sig", "timeline")["data"]]
+    assert f"terminated by SIGTERM: ranks 0, 2 at step {step:,}" in labels, labels
+    throughput = view(client, "sig", "throughput", window_s=600)
+    assert throughput["crashed_at"] is None  # the resumed world runs
+    assert len(throughput["crashed_before"]) == 1
+    assert now - 60 + 7 <= throughput["crashed_before"][0] <= now - 60 + 13

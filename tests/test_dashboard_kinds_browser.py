@@ -126,6 +126,18 @@ def test_a_packed_mixture_reads_blocks_and_tokens_per_dataset(runs: Runs, page: 
     expect(page.get_by_test_id("stException")).to_have_count(0)
 
 
+def test_the_planner_opens_a_mixture_on_its_datasets(runs: Runs, page: Page) -> None:
+    """Issue 33 point 12: the Planner of a mixture starts from its first dataset (web: 400
+    rows, S = 3) and the mixture's G = 8, not N = S = G."""
+    page.goto(runs.url("planner", "mixed"))
+    expect(page.get_by_text("a mixture of 2 datasets: dataset web's N and S")).to_be_visible(
+        timeout=LOAD_S
+    )
+    expect(page.get_by_label("rows N (after the filter)")).to_have_value("400")
+    expect(page.get_by_label("splits S")).to_have_value("3")
+    expect(page.get_by_label("global batch G")).to_have_value("8")
+
+
 def _blocks_axis(chart: Any) -> None:
     """The rate chart's y axis (Streamlit draws Vega as SVG): titled in blocks/s, its tick
     labels plain numbers that reach above 0 (not "0.000000" from an empty band)."""

@@ -113,13 +113,14 @@ def test_the_progress_page_table_of_a_mixture() -> None:
     events.append(event(20, "1/2,1/2", 10, [125, 75]))
     frame = mixture_frame(events)
     assert frame is not None
-    assert frame.loc["web"].tolist() == ["50.0%", "125", "0", "50.0%", "50.0%"]
+    # the last 20 steps held 10 of 3:1 and 10 of 1:1 (issue 33 point 11: not the phase's 1:1)
+    assert frame.loc["web"].tolist() == ["50.0%", "125", "0", "62.5%", "50.0%"]
     assert frame.loc["code"]["share since the weights took effect"] == "50.0%"
-    # 100 steps on: the recent share counts from the last report 100 or more steps before
+    # 100 steps on: the last 100 steps lie in the 1:1 phase
     events += [event(115, "1/2,1/2", 10, [175, 125]), event(215, "1/2,1/2", 10, [235, 165])]
     frame = mixture_frame(events)
     assert frame is not None
-    assert frame["share of the last 100 steps"].tolist() == ["60.0%", "40.0%"]  # 60 : 40
+    assert frame["share of the last 100 steps"].tolist() == ["50.0%", "50.0%"]
     assert frame["share since the weights took effect"].tolist() == ["53.3%", "46.7%"]  # 160 : 140
     assert mixture_frame([]) is None
 

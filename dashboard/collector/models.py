@@ -321,6 +321,7 @@ class MixtureDatasetPublic(BaseModel):
     name: str
     weight: str  # the share of every global step, as a fraction ("7/10")
     splits: int
+    rows: int | None = None  # N of the dataset (None from loaders before issue 33)
     segments: list[MixtureSegmentPublic]  # in the step `global_step` (two across a pass end)
 
 
@@ -439,6 +440,7 @@ class StragglerPublic(BaseModel):
 class ThroughputPublic(BaseModel):
     run_id: str
     crashed_at: float | None  # the last report of the crashed ranks, if the run crashed
+    crashed_before: list[float] = []  # each crash a resume followed: its last report
     bucket_s: float
     band: list[BandPointPublic]
     count: int

@@ -17,6 +17,7 @@ import numpy as np
 
 from dashboard.collector.status import DEFAULT_HEALTH, Health, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
+from dashboard.collector.views import resume_crashes
 from dashboard.placement import RankRate, stragglers
 
 MAX_POINTS = 2000
@@ -97,6 +98,7 @@ def throughput(
     return {
         "run_id": run["run_id"],
         "crashed_at": max(silent) if silent else None,
+        "crashed_before": resume_crashes(store, run),
         "bucket_s": float(bucket),
         "band": _segments([p for _, p in points_in], bucket),
         "count": len(points_in),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from dashboard.collector.phases import phases
 from dashboard.collector.status import (
     DEFAULT_HEALTH,
     Health,
@@ -23,7 +24,7 @@ from dashboard.collector.status import (
 from dashboard.collector.store import ROLLUP_S, Store
 from dashboard.placement import layout_of, mixture_layout
 from loader import wire
-from loader.layout import fit_reason, rank_shares, supported_world_sizes, uses_steps
+from loader.layout import fit_reason, rank_pieces, supported_world_sizes, uses_steps
 
 
 def gpu_labels(ranks: list[dict[str, Any]]) -> dict[int, int]:
@@ -106,18 +107,16 @@ def _rank_progress(
     r: dict[str, Any], num_splits: int, per_split: int, state: str
 ) -> dict[str, Any]:
     """One rank's bar; `per_split` is L rows, or for packed data the rank's epoch's blocks.
-    Of a split it shares with others the rank counts its part (`rank_shares`), so the bars
+    Of a split it shares with others the rank counts its part (`_part_of`), so the bars
     add up to the cursors' total."""
     per_split = r.get("blocks_per_split") or per_split
     lo, hi = (r["splits"] or [0, 0])[:2]
     own = r["cursors"] or []
-    shares = _shares(r, num_splits, hi - lo)
+    parts = _parts(r, num_splits, hi - lo)
     done = (
-        sum(c * n // of for c, (n, of) in zip(own, shares, strict=False))
-        if len(own) == hi - lo
-        else 0
+        sum(_part_of(c, p) for c, p in zip(own, parts, strict=False)) if len(own) == hi - lo else 0
     )
-    total = sum(per_split * n // of for n, of in shares)
+    total = sum(_part_of(per_split, p) for p in parts)
     if _ended_epoch(r, state):
         r["epoch"], done, r["cursors"] = r["epoch"] - 1, total, [per_split] * (hi - lo)
     out = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
@@ -127,12 +126,23 @@ def _rank_progress(
     return out
 
 
-def _shares(r: dict[str, Any], num_splits: int, count: int) -> list[tuple[int, int]]:
-    """The rank's part of each of its `count` splits (whole where its layout is unknown)."""
+def _parts(r: dict[str, Any], num_splits: int, count: int) -> list[tuple[int, int, int]]:
+    """The rank's part of each of its `count` splits: positions [start, stop) of the split's
+    `of` rows in every global step (whole where its layout is unknown)."""
     world, batch = r["world_size"], r.get("global_batch_size")
     if fit_reason(num_splits, world, batch):
-        return [(1, 1)] * count
-    return rank_shares(r["rank"], world, num_splits, batch)
+        return [(0, 1, 1)] * count
+    of = batch // num_splits if batch and uses_steps(num_splits, batch) else 1
+    pieces = rank_pieces(r["rank"], world, num_splits, batch)
+    return [(p.start, p.stop, of) for p in pieces for _ in p.splits]
+
+
+def _part_of(cursor: int, part: tuple[int, int, int]) -> int:
+    """The rows of a split's first `cursor` that lie in the rank's part of every step: the
+    parts of one split add up to its cursor at every cursor, a short last step included
+    (`cursor * rows // of` lost a row of a shared split there: 7,350 of 7,352)."""
+    start, stop, of = part
+    return cursor // of * (stop - start) + min(max(cursor % of - start, 0), stop - start)
 
 
 def _units(run: dict[str, Any], ranks: list[dict[str, Any]]) -> tuple[str, int]:
@@ -173,6 +183,9 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
     num_splits, (unit, per_split) = run["num_splits"], _units(run, ranks)
     status = run_status(store, run, health=health)
     state_of = {rank: s["state"] for rank, s in by_rank(status).items()}
+    mixed = store.latest_mixture(run["run_id"])
+    if mixed is not None:
+        return _mixture_progress(store, run, ranks, status, mixed)
     epochs_done = min((completed_epochs(r) for r in ranks), default=None)
     cursors: list[int | None] = [None] * num_splits
     bars = []
@@ -211,6 +224,64 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
         "ranks": bars,
         **_tokens(run, bars, rows_total, rate),
     }
+
+
+def _mixture_progress(
+    store: Store,
+    run: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    status: dict[str, Any],
+    mixed: dict[str, Any],
+) -> dict[str, Any]:
+    """A mixture's progress: what its ranks handed out (a mixture has no splits of its own:
+    its datasets' cursors are in its `mixture` events). The run's rows (packed: blocks) and
+    tokens are what its datasets supplied since the run began (the latest `mixture` event,
+    the same count on every W); each rank's, what it reported handing out in this world.
+    The total is the job's stated steps × G, else what was handed out."""
+    facts, g = mixed["data"], global_batch(ranks) or 0
+    packed = run.get("seq_len") is not None
+    state_of = {rank: s["state"] for rank, s in by_rank(status).items()}
+    handed = {
+        int(t["rank"]): t
+        for t in store.rank_totals(run["run_id"], run["world_since"], run["world_size"])
+    }
+    steps = run.get("total_steps")
+    bars = []
+    for r in ranks:
+        mine = handed.get(r["rank"])
+        done = int(mine["rows"] or 0) if mine else 0
+        total = max(done, steps * (r.get("batch_size") or 0)) if steps else done
+        bar = {"rank": r["rank"], "epoch": r["epoch"], "step": r["step"]}
+        bar.update(global_step=r.get("global_step"), state=state_of.get(r["rank"], "closed"))
+        bar.update(rows_per_s=r["rows_per_s"], rows_done=done, rows_total=total)
+        bar.update(pct=100.0 * done / total if total else 0.0, tokens=None)
+        if packed and mine:
+            bar["tokens"] = int(mine["tokens"] or 0)
+        bar["replicas"] = replicas_text(r["rank"], status["ranks"])
+        bars.append(bar)
+    rows_done = sum(int(v) for v in facts.get("supplied") or [])
+    rows_total = max(rows_done, steps * g) if steps else rows_done
+    rate = sum(b["rows_per_s"] for b in bars if b["state"] == "running")
+    finished = status["state"] == "finished"
+    eta = 0.0 if finished else (rows_total - rows_done) / rate if rate > 0 else None
+    seq_len = run.get("seq_len")
+    return {
+        "run_id": run["run_id"], "state": status["state"],
+        "epoch": max((b["epoch"] for b in bars if b["epoch"] is not None), default=None),
+        "epochs_done": min((completed_epochs(r) for r in ranks), default=None),
+        "unit": "blocks" if packed else "rows", "rows_per_split": run["rows_per_split"],
+        "cursors": [None] * run["num_splits"],  # its datasets' are in its `mixture` events
+        "owner": layout_of(run["world_size"], run["num_splits"], g or None)["owner"],
+        "rows_done": rows_done, "rows_total": rows_total,
+        "epoch_pct": 100.0 * rows_done / rows_total if rows_total else 0.0,
+        "rows_per_s": rate, "eta_s": eta,
+        "global_step": max((b["global_step"] or 0 for b in bars), default=None),
+        "job": job_progress(run, bars, rate, finished, rows_total, g or None),
+        "ranks": bars, "seq_len": seq_len,
+        "tokens_done": sum(int(t) for t in facts.get("tokens_supplied") or []) if packed else None,
+        "tokens_total": rows_total * seq_len if seq_len else None,
+        "tokens_per_s": rate * seq_len if seq_len else None,
+    }  # fmt: skip
 
 
 def job_progress(
@@ -264,13 +335,54 @@ def timeline(
         item["label"] = _label(row["kind"], row["epoch"], row["step"], row["world_size"], before)
         if row["kind"] == wire.STEPS_SKIPPED:  # Megatron-style: the data of steps [a, b) unread
             item["label"] = f"skipped steps [{row['data'].get('start')}, {row['data'].get('stop')})"
-        if row["kind"] == wire.MIXTURE:  # the weights in effect, as the loader sent them
-            item["label"] = _mixture_label(row["data"], row["step"])
+        if row["kind"] != wire.MIXTURE:  # a mixture's weights: drawn as phases, below
+            items.append(item)
+    for phase in phases(store, run["run_id"]):  # where each set of weights took effect
+        item = _item(wire.MIXTURE, phase["ts"], phase["step"], run["world_size"])
+        item.update(ranks=phase["ranks"], label=_mixture_label(phase["data"], phase["step"]))
         items.append(item)
     resumes = [i for i in items if i["kind"] == wire.CHECKPOINT_LOADED]
     found = items + _outages(store, run) + _crash(store, run, health)
-    found += _crashes_before(store, run, resumes)
+    found += _crashes_before(store, run, resumes) + _terminated(store, run)
     return sorted(found, key=lambda item: item["ts"])
+
+
+def _terminated(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Processes stopped by a signal (a launcher's SIGTERM, a preemption): one item per
+    world and signal, at the first one's `closed`, with the ranks and their last step."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for e in store.events(run["run_id"], wire.CLOSED, MOST_CLOSED):
+        if e["data"].get("reason") == wire.CLOSE_REASON_TERMINATED:
+            signal = e["data"].get("signal")
+            key = (e["world_size"], signal if isinstance(signal, str) else "a signal")
+            groups.setdefault(key, []).append(e)
+    out = []
+    for (world, signal), closed in groups.items():
+        steps = [e["global_step"] for e in closed if e["global_step"] is not None]
+        step = max(steps) if steps else None
+        item = _item("terminated", min(e["ts"] for e in closed), step, world)
+        ranks = sorted({e["rank"] for e in closed})
+        who = f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
+        at = f" at step {step:,}" if step is not None else ""
+        item.update(ranks=len(closed), label=f"terminated by {signal}: {who}{at}")
+        out.append(item)
+    return out
+
+
+MOST_CLOSED = 100_000  # `closed` events read for the Timeline's terminated processes
+REBUILT_WITHIN_S = 5.0  # a rebuilt loader's predecessor closes this soon after the resume
+
+
+def resume_crashes(store: Store, run: dict[str, Any]) -> list[float]:
+    """When each crash that a resume of the run followed happened (its stretch's last
+    report that handed out data): the Throughput chart keeps their rules after a resume."""
+    resumes = [
+        {"ts": row["ts"], "world_size": row["world_size"], "step": row["step"],
+         "world_size_before": b if isinstance(b := row["data"].get("world_size_before"), int) else None}
+        for row in store.milestones(run["run_id"])
+        if row["kind"] == wire.CHECKPOINT_LOADED
+    ]  # fmt: skip
+    return [c["ts"] for c in _crashes_before(store, run, resumes)]
 
 
 def _crashes_before(
@@ -280,13 +392,16 @@ def _crashes_before(
     closed on an error), a crash item at that stretch's last report that handed out data."""
     out = []
     starts = [run["first_ts"], *(r["ts"] for r in resumes)]
+    closes = store.events(run["run_id"], wire.CLOSED, MOST_CLOSED) if resumes else []
     for since, resume in zip(starts, resumes, strict=False):
         last = store.last_active(run["run_id"], resume["ts"])
         if last is None or last["ts"] < since:
             continue  # nothing was read before this resume (or it is a second resume at once)
         world = resume["world_size_before"] or resume["world_size"]
-        closed = store.closed_between(run["run_id"], last["ts"] - 120, resume["ts"])
-        fine = {c.rank for c in closed if c.reason != wire.CLOSE_REASON_ERROR}
+        fine = {
+            c["rank"] for c in closes
+            if c["data"].get("reason") != wire.CLOSE_REASON_ERROR and _closed_before(c, last["ts"], resume)
+        }  # fmt: skip
         lost = world - len(fine & set(range(world)))
         if lost <= 0:
             continue
@@ -295,6 +410,17 @@ def _crashes_before(
                     "ranks did not close")  # fmt: skip
         out.append(item)
     return out
+
+
+def _closed_before(closed: dict[str, Any], last_ts: float, resume: dict[str, Any]) -> bool:
+    """Did this `closed` end the stretch before `resume`? Sent in the 2 minutes before it,
+    or (a loader rebuilt in its process, collected only after its successor loaded the
+    state: an anneal) within `REBUILT_WITHIN_S` after it, at a step no later than it."""
+    if last_ts - 120 <= closed["ts"] < resume["ts"]:
+        return True
+    step, at = closed["global_step"], resume["step"]
+    late = resume["ts"] <= closed["ts"] < resume["ts"] + REBUILT_WITHIN_S
+    return late and step is not None and at is not None and step <= at
 
 
 def _item(kind: str, ts: float, step: int | None, world: int) -> dict[str, Any]:
@@ -321,15 +447,38 @@ def _crash(store: Store, run: dict[str, Any], health: Health) -> list[dict[str, 
     if not dead:
         return []
     last = max(dead, key=lambda r: r["last_ts"])
-    item = _item("crash", last["last_ts"], last["global_step"], run["world_size"])
+    ts, on = _crash_by(store, run, status, dead)
+    item = _item("crash", max(ts, last["last_ts"]), last["global_step"], run["world_size"])
     who = (
         "every rank"
         if len(dead) == len(status["ranks"])
         else f"ranks {ranks_text([r['rank'] for r in dead])}"
     )
     at = f" after step {last['global_step']:,}" if last["global_step"] is not None else ""
+    if on is not None and last["global_step"] is not None and on > last["global_step"]:
+        at += f"; the others stepped on to step {on:,}"
     item.update(ranks=len(dead), label=f"crashed: {who} stopped reporting{at}")
     return [item]
+
+
+def _crash_by(
+    store: Store, run: dict[str, Any], status: dict[str, Any], dead: list[dict[str, Any]]
+) -> tuple[float, int | None]:
+    """By when a crash had happened, and the last step then: a dead process reported last
+    before its next report was due, but its peers, which wait for it at every step, stepped
+    on (a checkpoint saved meanwhile was saved before it died): the last step of the peers
+    that stopped stepping (stalled, terminated, closed), at that step's time. (0, None)
+    when no peer stopped: their steps date nothing."""
+    stopped = {r["process"] for r in status["ranks"] if r["state"] not in ("running", "crashed")}
+    stopped -= {r["process"] for r in dead}
+    peers = [
+        p for p in store.heartbeats(run["run_id"], run["world_size"]) if p["process"] in stopped
+    ]
+    if not peers:
+        return 0.0, None
+    latest = max(peers, key=lambda p: p.get("step_ts") or p["ts"])
+    step = latest.get("global_step")
+    return float(latest.get("step_ts") or latest["ts"]), step if isinstance(step, int) else None
 
 
 def _mixture_label(data: dict[str, Any], step: int | None) -> str:

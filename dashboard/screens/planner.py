@@ -20,10 +20,22 @@ st.caption(
     "whole splits plus parts of the two at its edges); otherwise W must divide S."
 )
 run_id = ui.selected_run()
-start = planner_defaults(ui.fetch("placement", run_id) if run_id else None)
-if run_id:
+placement = ui.fetch("placement", run_id) if run_id else None
+mixed = ((placement or {}).get("mixture") or {}).get("datasets") or []
+chosen = 0
+if mixed:  # a mixture has no splits of its own: plan one of its datasets
+    names = [f"{d['name']} (weight {d['weight']}, S = {d['splits']})" for d in mixed]
+    picked = st.selectbox("dataset of the mixture", names, key=f"dataset-{run_id}")
+    chosen = names.index(picked) if picked is not None and picked in names else 0
+start = planner_defaults(placement, chosen)
+if mixed:
+    st.caption(
+        f"Starting from run {ui.plain(run_id)}, a mixture of {len(mixed)} datasets: dataset "
+        f"{ui.plain(start['dataset'])}'s N and S, the mixture's G and world size."
+    )
+elif run_id:
     st.caption(f"Starting from run {ui.plain(run_id)}: its N (S × L), S, G and world size.")
-key = f"-{run_id}"  # a new run selected: the inputs start again from its values
+key = f"-{run_id}-{chosen}"  # a new run or dataset: the inputs start again from its values
 left, right = st.columns(2)
 rows = left.number_input(
     "rows N (after the filter)", min_value=1, value=start["rows"], step=1000, key="rows" + key

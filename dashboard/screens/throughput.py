@@ -46,7 +46,10 @@ def live(window_s: int) -> None:
     _verdict(data, unit)
     if tokens_per_s is not None:
         st.metric("tokens/s (job, last 30 s)", f"{tokens_per_s:,.0f}")
-    ui.show(charts.band_chart(data["band"], f"{unit} per rank", data["crashed_at"]))
+    chart = charts.band_chart(
+        data["band"], f"{unit} per rank", data["crashed_at"], data.get("crashed_before") or []
+    )
+    ui.show(chart)
     ui.show(charts.wait_chart(data["band"]))
     slowest = [
         {

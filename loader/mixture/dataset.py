@@ -361,6 +361,7 @@ class MixedDataset(OnWorld):
             "tokens_supplied": [u * seq_len for u in pos.supplied] if seq_len else None,
             "passes": [s.epoch for s in pos.sources],
             "dataset_splits": [ds.num_splits for ds in self.datasets],
+            "dataset_rows": [ds.num_rows for ds in self.datasets],  # N of each (the Planner)
         }
 
     def __repr__(self) -> str:

@@ -20,8 +20,9 @@ says tokens per block), the interval's `rows`, `batches`, `wait_s`, `interval_s`
 kind-specific fields of `event(kind, **fields)`), and `incarnation` (this client's random id)
 with `seq` (the event's number in its stream, assigned as it first goes out): the collector
 ignores a number it has stored, so a retried batch that did arrive changes nothing. The
-client's last batch ends with a
-`closed` event at the last position read (`data.reason`: `close` for `close()` or a
+client's last batch ends with a `closed` event at the position the loader ended at, even once
+it is collected, and time-stamped when it closed, not when that was sent (so a loader rebuilt
+in the same process, as an anneal does, reports after it) (`data.reason`: `close` for `close()` or a
 collected loader, `exit` at the process's end, `error` with `data.error`, the exception's
 type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboard can tell a
 finished rank from a crashed one. That batch is retried within the exit budget.
@@ -236,6 +237,8 @@ class TelemetryClient:
         self._seen = (0, 0, 0.0)
         self._last_tick = time.monotonic()
         self._snapshot: Callable[[], Snapshot | None] | None = None
+        self._where: Snapshot | None = None  # the position once the loader is gone
+        self._closed_ts: float | None = None  # when the loader closed, not when that was sent
         self._warned = False
         self._retry_at = 0.0
         self._backoff_s = interval_s
@@ -300,12 +303,17 @@ class TelemetryClient:
         """Is the run id final (and the client sending)?"""
         return self._settled.is_set()
 
-    def set_snapshot(self, fn: Snapshot) -> None:
+    def set_snapshot(self, fn: Snapshot, where: Snapshot | None = None) -> None:
         """`fn()` is called on the sender thread; it must be cheap and not raise.
 
         A bound method is held weakly: when its loader is garbage-collected the client
-        flushes and stops at once, so a dropped loader leaves no thread behind.
+        flushes and stops at once, so a dropped loader leaves no thread behind. `where()`
+        (held strongly, and dropped once the last batch is sent) gives the position after
+        that, so the final `progress` and `closed` carry the step the loader ended at, not
+        the last heartbeat's (a loader rebuilt mid-run, or one that read its last steps
+        within a heartbeat).
         """
+        self._where = where
         if inspect.ismethod(fn):
             self._snapshot = weakref.WeakMethod(fn, lambda _: self._finish())
         else:
@@ -357,6 +365,8 @@ class TelemetryClient:
         if not self._stop.is_set() or reason == CLOSE_REASON_ERROR:
             self._close_reason, self._close_error = reason, error
             self._close_extra = dict(extra or {})
+        if self._closed_ts is None:  # before a loader built next in this process reports
+            self._closed_ts = time.time()
         self._final_by = time.monotonic() + EXIT_BUDGET_S if deadline is None else deadline
         self._stop.set()
         self._settled.set()  # a held client's last batch goes to the id it has
@@ -398,12 +408,16 @@ class TelemetryClient:
         self._seen = totals
         interval = max(now - self._last_tick, 1e-6)
         self._last_tick = now
-        ev = self._base(PROGRESS, time.time())
+        ts = time.time()
+        if self._closed_ts is not None:  # the last report: at the close, not after it
+            ts = min(ts, self._closed_ts)
+        ev = self._base(PROGRESS, ts)
         ev.update(rows=rows, batches=batches, wait_s=wait_s, interval_s=interval)
         ev["rows_per_s"] = rows / interval
         snapshot = self._snapshot() if self._snapshot is not None else None
         if snapshot is None and self._snapshot is not None:
             self._stop.set()  # the loader is gone: this is the last send
+            self._position = self._final_position()
         elif snapshot is not None:
             try:
                 self._position = position_fields(snapshot(), self.static.get("num_splits"))
@@ -411,6 +425,17 @@ class TelemetryClient:
                 logger.debug("telemetry snapshot failed", exc_info=True)
         ev.update(self._position)  # a collected loader's last position, not none
         return ev
+
+    def _final_position(self) -> dict[str, Any]:
+        """The position where the loader ended (`where`), else the last one read."""
+        try:
+            final = self._where() if self._where is not None else None
+        except Exception:  # a dataset torn down with its loader: the last position read
+            logger.debug("telemetry final position failed", exc_info=True)
+            final = None
+        if final is None:
+            return self._position
+        return position_fields(final, self.static.get("num_splits"))
 
     def _drain(self) -> list[dict[str, Any]]:
         events = [self._progress()]
@@ -421,7 +446,7 @@ class TelemetryClient:
 
     def _closing(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The last batch: `events` and a `closed` event at the final progress's position."""
-        closed = self._base(CLOSED, time.time())
+        closed = self._base(CLOSED, self._closed_ts or time.time())
         where = ("epoch", "step", "global_step")
         closed.update({k: events[0][k] for k in where if k in events[0]})
         closed["data"] = {"reason": self._close_reason, **self._close_extra}
@@ -439,6 +464,7 @@ class TelemetryClient:
                     break
                 self._send(self._drain())
             self._send_last(self._drain())
+            self._where = None  # the dataset it holds may go
         except Exception:  # e.g. `-W error` turning the warning into an exception
             logger.exception("telemetry sender stopped; this rank's later events are dropped")
 

@@ -34,6 +34,7 @@ class StreamingDataLoader(Protocol):
     batch_size: int | None
     num_workers: int
     _telemetry: Reporter
+    _batching: Any  # `loader.progress.Batching`: G at a step
 
     @property
     def global_batch_size(self) -> int: ...
@@ -111,7 +112,10 @@ class TelemetryReporter(Reporter):
     def __init__(self, client: TelemetryClient, loader: StreamingDataLoader) -> None:
         self._client = client
         self._loader = weakref.ref(loader)
-        client.set_snapshot(self.snapshot)  # held weakly: this reporter lives with the loader
+        # held weakly: this reporter lives with the loader; the dataset and batching held
+        # strongly give the `closed` event the loader's final position once it is gone
+        ds, batching = loader.streaming_dataset, loader._batching
+        client.set_snapshot(self.snapshot, where=lambda: position_at(ds, batching))
         _LIVE.add(self)
         # A mixture's per-dataset progress is global (every rank computes the same): rank 0
         # sends it live, every `mixture_every_s` while batches flow.
@@ -213,6 +217,11 @@ def _is_mixture(loader: StreamingDataLoader) -> bool:
 
 
 def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
+    """The loader's position (`position_at` its dataset and batching)."""
+    return position_at(loader.streaming_dataset, loader._batching)
+
+
+def position_at(ds: Any, batching: Any) -> dict[str, Any]:
     """What `progress` events say of a loader's position: epoch, steps, its splits and their
     cursors, and what the units add (packed data: tokens of its part of each split, a
     shared one in part: `rank_shares`). The splits follow G, which a batch_schedule
@@ -220,19 +229,18 @@ def position_of(loader: StreamingDataLoader) -> dict[str, Any]:
     read once, so the collector checks them against that G, not the first one."""
     from loader.mixture.dataset import MixedDataset
 
-    ds = loader.streaming_dataset
+    progress = ds.progress
+    where = {"epoch": progress.epoch, "step": progress.step, "global_step": progress.global_step}
     if isinstance(ds, MixedDataset):  # per dataset, not per split: `mixture` events
-        return {"epoch": ds.epoch, "step": loader.step, "global_step": loader.global_step}
-    g, progress = loader.global_batch_size, ds.progress
+        return where
+    g = batching.rows_at(progress.global_step, ds.world_size)
     splits = owned_splits(ds.rank, ds.world_size, ds.num_splits, g)
     own = progress.cursors[splits.start : splits.stop]
     shares = rank_shares(ds.rank, ds.world_size, ds.num_splits, g)
     read = sum(c * n // of for c, (n, of) in zip(own, shares, strict=True))
     lo, hi = slice_bounds(ds.rank, ds.world_size, g)
     return {
-        "epoch": progress.epoch,
-        "step": loader.step,
-        "global_step": loader.global_step,
+        **where,
         "splits": [splits.start, splits.stop],
         "cursors": list(own),
         "global_batch_size": g,
