@@ -106,7 +106,7 @@ def schedule_of(
         name = f"batch_schedule[{i}]"
         if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:
             raise TypeError(f"{name} must be a (global_step, global_batch_size) pair, got {item!r}")
-        step = args.integer(f"{name}'s global_step", item[0], out[-1][0] + 1 if out else 1)
+        step = args.step(f"{name}'s global_step", item[0], out[-1][0] + 1 if out else 1)
         rows = args.integer(f"{name}'s global_batch_size", item[1], 1)
         if rows % splits:
             raise ValueError(

@@ -277,8 +277,8 @@ class StreamingDataLoader(DataLoader[Any]):
         registered while a `for` runs may find batches of it handed out already (workers
         finish out of order): those count as read, not skipped.
         """
-        start = args.integer("start", start, 0)
-        stop = args.integer("stop", stop, start + 1)
+        start = args.step("start", start, 0)
+        stop = args.step("stop", stop, start + 1)
         progress = self.progress
         frontier = progress.frontier()
         if stop <= frontier:

@@ -34,7 +34,7 @@ def digest(weights: Weights, at_step: int) -> int:
 def set_weights(mixture: Any, weights: Sequence[Any], at_step: int) -> None:  # a MixedDataset
     """Give `mixture` `weights` from global step `at_step` on (see the module docstring)."""
     shares = Weights.of(weights, len(mixture.names))
-    step = args.integer("at_step", at_step, 0)
+    step = args.step("at_step", at_step, 0)
     plan = mixture.mix_plan
     phases = with_phase(plan.phases, Phase(step, shares), replace_later=True)
     progress = mixture.progress
