@@ -52,12 +52,13 @@ def integer(name: str, value: Any, low: int, high: int | None = None) -> int:
 
 def step(name: str, value: Any, low: int) -> int:
     """`value` as a global step in [low, STEP_LIMIT), else ValueError/TypeError."""
-    if is_integer(value) and int(value) >= STEP_LIMIT:
+    number = integer(name, value, low)
+    if number >= STEP_LIMIT:
         raise ValueError(
-            f"{name} must be a global step in [{low}, 2**40 = {STEP_LIMIT}), got {int(value)}: "
+            f"{name} must be a global step in [{low}, 2**40 = {STEP_LIMIT}), got {number}: "
             "no run reaches it, and steps that far would overflow the int64 step arithmetic"
         )
-    return integer(name, value, low, STEP_LIMIT)
+    return number
 
 
 def fraction(name: str, value: Any, float_denominator: int = 10**6) -> Fraction:
