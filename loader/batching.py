@@ -13,6 +13,7 @@ from loader import args
 from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
 from loader.readable import Position, Readable, Stream, check_fits
+from loader.world import check_alike, digest
 
 READ_ROWS = 8192  # units per read by default: rows ...
 READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
@@ -82,6 +83,23 @@ def batching_of(
     if batch_schedule is None:
         return batching
     return replace(batching, schedule=schedule_of(dataset, batching, batch_schedule))
+
+
+def check_placement(dataset: Readable, batching: Batching) -> None:
+    """The rest of the placement a loader adds, alike on every process that builds its
+    dataset (else ValueError on each, naming the first that differs and the field): a
+    process with another batch size or schedule, or mixture weights, reads other rows."""
+    peers = getattr(dataset, "peers", None)
+    if peers is None:  # a copy (in a worker), or a readable that agrees with nobody
+        return
+    plan = getattr(dataset, "mix_plan", None)
+    phases = () if plan is None else tuple((p.start, p.weights.text()) for p in plan.phases)
+    fields = (
+        ("batch sizes", digest((batching.batch_size, batching.global_batch, batching.drop_last))),
+        ("batch_schedule", digest(batching.schedule)),
+        ("weights", digest(phases)),
+    )
+    check_alike(peers, fields, "StreamingDataLoader")
 
 
 def schedule_of(
