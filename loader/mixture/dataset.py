@@ -236,6 +236,12 @@ class MixedDataset(OnWorld):
     def set_epoch(self, epoch: int) -> None:
         self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (e.g. pickled to a worker) leaves the process groups with the original."""
+        state = self.__dict__.copy()
+        state["peers"] = None
+        return state
+
     def __iter__(self) -> Iterator[Any]:
         raise TypeError(
             "read a MixedDataset through StreamingDataLoader(mixture, global_batch_size=G)"
