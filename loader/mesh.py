@@ -34,7 +34,6 @@ from loader.world import (
     World,
     agree_timeout_s,
     agreement_group,
-    checked_group,
     digest,
     resolve_world,
 )
@@ -79,7 +78,7 @@ def place(
             args.optional_integer("world_size", world_size, 1),
         )
         group = agreement_group(world, process_group, version_given, seed_given)
-        return Placement(world, GroupAgreement(group, checked_group(world, group)))
+        return Placement(world, GroupAgreement(group))
     if process_group is not None:
         raise ValueError(
             "pass mesh= or process_group=, not both: with a mesh the version and seed are "

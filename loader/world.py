@@ -98,11 +98,11 @@ class Agreement(Protocol):
 
 @dataclass(frozen=True)
 class GroupAgreement:
-    """Rank 0 of `group` decides, by one broadcast; None: this process decides alone.
-    `checked`: the group later calls are checked over (None: nobody)."""
+    """Rank 0 of `group` decides, by one broadcast; None: this process decides alone (and
+    later calls are checked with nobody: a dataset built alone, or one whose processes the
+    loader cannot know, as both pins were given for a place that is not the process's)."""
 
     group: Any | None
-    checked: Any | None = None
 
     def agree(
         self, version: int | None, version_given: bool, seed: int | None, fields: Fields = ()
@@ -113,16 +113,16 @@ class GroupAgreement:
         if dist.get_world_size(self.group) == 1:
             return version, mine
         agreed_version, agreed_seed = _broadcast_pins(version, mine, self.group)
-        check_alike(GroupAgreement(self.group, self.group), fields, "StreamingDataset")
+        check_alike(self, fields, "StreamingDataset")
         return (version if version_given else agreed_version), (
             mine if seed is not None else agreed_seed
         )
 
     def gather(self, values: list[int], what: str) -> list[list[int]]:
-        return gather_from_ranks(values, self.checked, what)
+        return gather_from_ranks(values, self.group, what)
 
     def describe(self, index: int) -> str:
-        group = self.checked
+        group = self.group
         return f"rank {index if group is None else dist.get_global_rank(group, index)}"
 
 
@@ -282,28 +282,10 @@ def check_alike(agreement: Agreement, fields: Fields, what: str) -> None:
         )
 
 
-def checked_group(world: World, group: Any | None) -> Any | None:
-    """The processes a dataset's later calls are checked over: those it agreed with; a
-    dataset of one rank built alone (an eval set on rank 0), nobody; otherwise, when the
-    loader cannot know who builds it (pins given), every process of the job."""
-    if group is not None:
-        return group
-    return None if world.world_size == 1 else every_process()
-
-
 SAME_DATASETS = (
     "Every process must build the same datasets, in the same order, with the same arguments "
     "(a process that built another dataset first pairs it with this one)"
 )
-
-
-def every_process() -> Any | None:
-    """torch.distributed's default group when it is up with several processes, else None:
-    the processes that all hold one loader (data-parallel ranks and their replicas alike),
-    which a call every process makes alike (set_weights) is checked over."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.group.WORLD
-    return None
 
 
 def gather_from_ranks(values: list[int], group: Any | None, what: str) -> list[list[int]]:
