@@ -19,6 +19,10 @@ from typing import Any
 
 SEED_LIMIT = 2**64  # seeds are 64-bit: [0, 2**64)
 COUNT_LIMIT = 2**63  # counts a state holds (G, epoch, steps) are int64: [0, 2**63)
+# A global step a user names (a schedule's, set_weights's, a skipped range's) lies below
+# 2**40 (~1.1e12 steps, beyond any run): refused where it is given, before a step no run
+# reaches can make a count walk towards it or overflow the kernels' int64 step arithmetic.
+STEP_LIMIT = 2**40
 
 
 def _is_bool(value: Any) -> bool:
@@ -43,6 +47,17 @@ def integer(name: str, value: Any, low: int, high: int | None = None) -> int:
     number = int(value)
     if number < low or (high is not None and number >= high):
         raise ValueError(f"{name} must be an integer {span}, got {number}")
+    return number
+
+
+def step(name: str, value: Any, low: int) -> int:
+    """`value` as a global step in [low, STEP_LIMIT), else ValueError/TypeError."""
+    number = integer(name, value, low)
+    if number >= STEP_LIMIT:
+        raise ValueError(
+            f"{name} must be a global step in [{low}, 2**40 = {STEP_LIMIT}), got {number}: "
+            "no run reaches it, and steps that far would overflow the int64 step arithmetic"
+        )
     return number
 
 

@@ -13,6 +13,7 @@ from loader import args
 from loader.mixture.dataset import MixedDataset
 from loader.progress import Batching
 from loader.readable import Position, Readable, Stream, check_fits
+from loader.world import check_alike, digest
 
 READ_ROWS = 8192  # units per read by default: rows ...
 READ_TOKENS = 1 << 18  # ... or packed blocks of about this many tokens (bigger measured slower)
@@ -84,6 +85,23 @@ def batching_of(
     return replace(batching, schedule=schedule_of(dataset, batching, batch_schedule))
 
 
+def check_placement(dataset: Readable, batching: Batching) -> None:
+    """The rest of the placement a loader adds, alike on every process that builds its
+    dataset (else ValueError on each, naming the first that differs and the field): a
+    process with another batch size or schedule, or mixture weights, reads other rows."""
+    peers = getattr(dataset, "peers", None)
+    if peers is None:  # a copy (in a worker), or a readable that agrees with nobody
+        return
+    plan = getattr(dataset, "mix_plan", None)
+    phases = () if plan is None else tuple((p.start, p.weights.text()) for p in plan.phases)
+    fields = (
+        ("batch sizes", digest((batching.batch_size, batching.global_batch, batching.drop_last))),
+        ("batch_schedule", digest(batching.schedule)),
+        ("weights", digest(phases)),
+    )
+    check_alike(peers, fields, "StreamingDataLoader")
+
+
 def schedule_of(
     dataset: Readable, batching: Batching, batch_schedule: Any
 ) -> tuple[tuple[int, int], ...]:
@@ -106,7 +124,7 @@ def schedule_of(
         name = f"batch_schedule[{i}]"
         if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:
             raise TypeError(f"{name} must be a (global_step, global_batch_size) pair, got {item!r}")
-        step = args.integer(f"{name}'s global_step", item[0], out[-1][0] + 1 if out else 1)
+        step = args.step(f"{name}'s global_step", item[0], out[-1][0] + 1 if out else 1)
         rows = args.integer(f"{name}'s global_batch_size", item[1], 1)
         if rows % splits:
             raise ValueError(

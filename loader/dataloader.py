@@ -155,6 +155,7 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         if self._batching.schedule and kwargs.get("in_order", True) is not True:
             raise ValueError("batch_schedule with in_order=False: keep in_order=True")
+        batching.check_placement(dataset, self._batching)
         self.loss_scale = 1.0  # world_size / rows of the global step of the latest batch
         reads_in_flight = args.optional_integer(in_flight_name, reads_in_flight, 0)
         if reads_in_flight is None:
@@ -285,8 +286,8 @@ class StreamingDataLoader(DataLoader[Any]):
         registered while a `for` runs may find batches of it handed out already (workers
         finish out of order): those count as read, not skipped.
         """
-        start = args.integer("start", start, 0)
-        stop = args.integer("stop", stop, start + 1)
+        start = args.step("start", start, 0)
+        stop = args.step("stop", stop, start + 1)
         progress = self.progress
         frontier = progress.frontier()
         if stop <= frontier:

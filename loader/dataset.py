@@ -27,7 +27,7 @@ from loader.sources import ResolvedSource, identity_for, resolve_source
 from loader.state import PlanIdentity
 from loader.trainers.resharding import refuse_resharding
 from loader.units import BlockUnits, UnitRequest, Units
-from loader.world import OnWorld, World
+from loader.world import Agreement, Fields, OnWorld, World, digest
 
 ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
 CLUMP_FROM_N = 0  # a packed dataset's clump when none is given: `packed_clump(N)`
@@ -113,6 +113,9 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
             shuffle_seed is not None,
         )  # not kept: the mesh and groups stay out of pickled copies
         self.world: World = placement.world
+        # Who later calls made alike (a loader's batch sizes, set_weights) are checked with:
+        # the processes that build this dataset, and only they.
+        self.peers: Agreement | None = placement.agreement
         self._num_splits = self._splits_or_default(num_splits)
         columns = args.columns(columns)
         self._source_args = {
@@ -150,7 +153,10 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         # A fresh start: every process reads the version (and seed) the first one sees, so a
         # write landing while processes start cannot hand two of them two different tables.
         agreed, seed = placement.agreement.agree(
-            resolved.spec.version, version is not None, shuffle_seed
+            resolved.spec.version,
+            version is not None,
+            shuffle_seed,
+            self._spec_fields(resolved, version, shuffle_seed),
         )
         if agreed != resolved.spec.version:
             resolved, plan = self._resolve(agreed, seed)
@@ -161,6 +167,21 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         self._mixture: tuple[Any, int] | None = None  # (MixedDataset, index) it belongs to
         self.progress = Progress(
             self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
+        )
+
+    def _spec_fields(
+        self, resolved: ResolvedSource, version: int | None, seed: int | None
+    ) -> Fields:
+        """Which dataset this is, as named digests the processes that build it compare."""
+        spec, request = resolved.spec, self._request
+        return (
+            ("source", digest((spec.kind, spec.uri, spec.table, version))),
+            ("columns", digest(self._source_args["columns"])),
+            ("filter", digest(resolved.filter)),
+            ("num_splits", digest(self._num_splits)),
+            ("shuffle", digest((request.shuffle, request.clump_size))),
+            ("shuffle_seed", digest(seed)),
+            ("units", digest(sorted(self._unit_request.identity().items()))),
         )
 
     def _splits_or_default(self, num_splits: int | None) -> int:
@@ -187,6 +208,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         the user's table handle stays with the original, which alone may re-pin."""
         state = self.__dict__.copy()
         state["_raw_source"] = None
+        state["peers"] = None  # process groups stay with the original
         state["_mixture"] = None  # a copy reads tasks; the mixture's position stays here
         return state
 

@@ -26,21 +26,27 @@ from torch.distributed.device_mesh import DeviceMesh
 from loader import args
 from loader.world import (
     ENV_AGREE_TIMEOUT,
+    SAME_DATASETS,
     SEED_PICKED,
     Agreement,
+    Fields,
     GroupAgreement,
     World,
     agree_timeout_s,
     agreement_group,
+    digest,
     resolve_world,
 )
 
 DP_DIM_NAMES = ("dp", "dp_replicate", "dp_shard", "batch", "data")
 _TAG = 0x454C  # the agreement's point-to-point messages ("EL")
 _LISTED = 8  # processes a reply names at most
-# A process's pins: version is None, version, version given, seed given, seed.
-# The reply: status, version is None, version, seed, how many named, the named.
-_OK, _MISSING, _VERSIONS, _SEEDS = 0, 1, 2, 3
+# A process's pins: version is None, version, version given, seed given, seed, then one
+# digest per field (the dataset's spec, then the placement: MeshGrid.fields).
+# The reply: status, version is None, version, seed, how many named, the field that
+# differs, the named.
+_OK, _MISSING, _VERSIONS, _SEEDS, _FIELD = 0, 1, 2, 3, 4
+_PINS, _HEAD = 5, 6
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,15 @@ class MeshGrid:
             keep &= along.view(shape)
         return tuple(int(r) for r in self.ranks[keep].tolist())
 
+    def fields(self) -> Fields:
+        """The placement every reader must share, as named digests."""
+        return (
+            ("mesh shape", digest((tuple(self.ranks.shape), self.ranks.flatten().tolist()))),
+            ("mesh dim names", digest(self.names)),
+            ("dp_dims", digest(self.dp_dims)),
+            ("read_on", digest(self.readers)),
+        )
+
     def world(self) -> World:
         coords = self.coordinate(self.me)
         rank, size = 0, 1
@@ -229,12 +244,13 @@ class MeshAgreement:
     grid: MeshGrid
 
     def agree(
-        self, version: int | None, version_given: bool, seed: int | None
+        self, version: int | None, version_given: bool, seed: int | None, fields: Fields = ()
     ) -> tuple[int | None, int]:
         pins = [version is None, version or 0, version_given, seed is not None, seed or 0]
         if seed is None:
             pins[4] = secrets.randbelow(SEED_PICKED)
-        mine = torch.tensor(pins, dtype=torch.int64)
+        named = (*fields, *self.grid.fields())
+        mine = torch.tensor(pins + [value for _, value in named], dtype=torch.int64)
         if len(self.grid.readers) == 1:
             return version, int(pins[4])
         limit_s = agree_timeout_s()
@@ -242,7 +258,7 @@ class MeshAgreement:
             reply = self._decide(mine, limit_s)
         else:
             reply = self._ask(mine, limit_s)
-        return self._verdict(reply, limit_s, version, version_given, seed)
+        return self._verdict(reply, limit_s, version, version_given, seed, named)
 
     def _decide(self, mine: torch.Tensor, limit_s: float) -> torch.Tensor:
         others = self.grid.readers[1:]
@@ -251,27 +267,73 @@ class MeshAgreement:
         deadline = time.monotonic() + limit_s
         came = _all_arrived(works, deadline)
         missing = [r for r, ok in zip(others, came, strict=True) if not ok]
-        reply = torch.zeros(5 + _LISTED, dtype=torch.int64)
+        reply = torch.zeros(_HEAD + _LISTED, dtype=torch.int64)
         reply[1:4] = mine[[0, 1, 4]]
         status, named = _MISSING, missing
         if not missing:
+            status, named = _OK, []
+            for i, r in enumerate(others):  # the first process that differs, and its field
+                differs = (boxes[i, _PINS:] != mine[_PINS:]).nonzero()
+                if differs.numel():
+                    status, named = _FIELD, [r]
+                    reply[5] = int(differs[0, 0])
+                    break
+        if status == _OK:
             versions = [r for i, r in enumerate(others) if _differs(boxes[i], mine, (2, 1))]
             seeds = [r for i, r in enumerate(others) if _differs(boxes[i], mine, (3, 4))]
             status, named = (_VERSIONS, versions) if versions else (_SEEDS, seeds)
             status = status if named else _OK
         reply[0], reply[4] = status, len(named)
         listed = named[:_LISTED]
-        reply[5 : 5 + len(listed)] = torch.tensor(listed, dtype=torch.int64)
+        reply[_HEAD : _HEAD + len(listed)] = torch.tensor(listed, dtype=torch.int64)
         sends = [
             dist.isend(reply, dst=r, tag=_TAG) for r, ok in zip(others, came, strict=True) if ok
         ]
         _all_arrived(sends, time.monotonic() + limit_s)
         return reply
 
+    def gather(self, values: list[int], what: str) -> list[list[int]]:
+        """Every reader's `values`, in reader order: the first reader gathers them and sends
+        each reader the whole table (point to point, among the readers only)."""
+        readers = self.grid.readers
+        if len(readers) == 1:
+            return [list(values)]
+        mine = torch.tensor(values, dtype=torch.int64)
+        table = torch.zeros((len(readers), mine.numel()), dtype=torch.int64)
+        limit_s = agree_timeout_s()
+        origin, tag = readers[0], _TAG + 1
+        if self.grid.me == origin:
+            table[0] = mine
+            works = [dist.irecv(table[i], src=r, tag=tag) for i, r in enumerate(readers) if i]
+            came = _all_arrived(works, time.monotonic() + limit_s)
+            missing = [r for r, ok in zip(readers[1:], came, strict=True) if not ok]
+            if missing:
+                raise TimeoutError(self._never_came(missing, what, limit_s))
+            sends = [dist.isend(table, dst=r, tag=tag) for r in readers[1:]]
+            _all_arrived(sends, time.monotonic() + limit_s)
+        else:
+            send = dist.isend(mine, dst=origin, tag=tag)
+            answer = dist.irecv(table, src=origin, tag=tag)
+            if not _arrived(answer, time.monotonic() + 2 * limit_s):
+                raise TimeoutError(self._never_came([origin], what, 2 * limit_s))
+            _arrived(send, time.monotonic() + limit_s)
+        return [[int(x) for x in row] for row in table.tolist()]
+
+    def describe(self, index: int) -> str:
+        return self.grid.describe(self.grid.readers[index])
+
+    def _never_came(self, missing: list[int], what: str, limit_s: float) -> str:
+        named = ", ".join(self.grid.describe(r) for r in missing[:_LISTED])
+        return (
+            f"{what} on {self.grid.describe(self.grid.me)}: {named} did not make the same call "
+            f"within {limit_s:g} s (${ENV_AGREE_TIMEOUT} sets the limit); every process that "
+            "builds the dataset must make it, and only those"
+        )
+
     def _ask(self, mine: torch.Tensor, limit_s: float) -> torch.Tensor:
         origin = self.grid.readers[0]
         send = dist.isend(mine, dst=origin, tag=_TAG)
-        reply = torch.zeros(5 + _LISTED, dtype=torch.int64)
+        reply = torch.zeros(_HEAD + _LISTED, dtype=torch.int64)
         answer = dist.irecv(reply, src=origin, tag=_TAG)
         if not _arrived(answer, time.monotonic() + 2 * limit_s):  # it waits limit_s itself
             raise TimeoutError(
@@ -290,9 +352,13 @@ class MeshAgreement:
         version: int | None,
         version_given: bool,
         seed: int | None,
+        fields: Fields,
     ) -> tuple[int | None, int]:
-        status, version_none, agreed, agreed_seed, count = (int(x) for x in reply[:5].tolist())
-        named = ", ".join(self.grid.describe(int(r)) for r in reply[5 : 5 + min(count, _LISTED)])
+        status, version_none, agreed, agreed_seed, count, field = (
+            int(x) for x in reply[:_HEAD].tolist()
+        )
+        listed = reply[_HEAD : _HEAD + min(count, _LISTED)]
+        named = ", ".join(self.grid.describe(int(r)) for r in listed)
         more = f" and {count - _LISTED} more" if count > _LISTED else ""
         where = f"StreamingDataset on {self.grid.describe(self.grid.me)}"
         origin = self.grid.describe(self.grid.readers[0])
@@ -300,6 +366,13 @@ class MeshAgreement:
             raise TimeoutError(
                 f"{where}: {named}{more} did not build this dataset within {limit_s:g} s "
                 f"(${ENV_AGREE_TIMEOUT} sets the limit). {_EVERY_PROCESS}"
+            )
+        if status == _FIELD:
+            name = fields[field][0]
+            raise ValueError(
+                f"{where}: the processes of the mesh that build this dataset differ on {name}: "
+                f"{named} is the first that passed another {name} than {origin}. "
+                f"{SAME_DATASETS}"
             )
         if status == _VERSIONS:
             raise ValueError(

@@ -52,6 +52,7 @@ class Progress:
         self.global_step = 0
         self.skips = SkipRanges()  # global steps [start, stop) to jump over
         self.steps_skipped: list[list[int]] = []  # [start, stop, units] jumped so far
+        self.ran: tuple[int, Schedule] | None = None  # a loaded state's past batch sizes
 
     # -- the position -------------------------------------------------------------------
 
@@ -243,7 +244,7 @@ class Progress:
             st.KEY_GLOBAL_STEP: self.global_step,
             st.KEY_GLOBAL_BATCH: batching.rows_at(self.global_step, self.world.world_size),
             **({st.KEY_STEPS_SKIPPED: self.steps_skipped} if self.steps_skipped else {}),
-            **schedule_state(batching, self.world.world_size),
+            **schedule_state(batching, self.world.world_size, self.ran, len(self._cursors)),
             **(
                 {st.KEY_SKIPS_PENDING: pending}
                 if (pending := self.skips.pending(self.frontier()))
@@ -260,6 +261,7 @@ class Progress:
         from the saved step (earlier epochs are not known).
         """
         self.rows_per_split = rows_per_split
+        self.ran = ran_schedule(state)
         epoch, cursors = int(state[st.KEY_EPOCH]), tuple(state[st.KEY_CURSORS])
         step = _count(state.get(st.KEY_STEP))
         self.global_step = _count(state.get(st.KEY_GLOBAL_STEP), default=step)
@@ -279,13 +281,44 @@ class Progress:
             self._loaded_ahead = ahead
 
 
-def schedule_state(batching: Batching, world_size: int) -> dict[str, Any]:
-    """A batch-size schedule as the state keeps it: [[0, G0], [step, G], ...] (for the
-    ledger and `inspect`; a resume takes the schedule its loader is given)."""
-    if not batching.schedule:
+Schedule = tuple[tuple[int, int], ...]  # (global step, G): G from that step on, from 0
+
+
+def ran_schedule(state: dict[str, Any]) -> tuple[int, Schedule] | None:
+    """(a loaded state's global step, the G each step before it ran with), None for a
+    state too old to say: a resume with another batch schedule keeps the past one."""
+    saved, rows = state.get(st.KEY_BATCH_SCHEDULE), state.get(st.KEY_GLOBAL_BATCH)
+    if saved:
+        past = tuple((int(at), int(g)) for at, g in saved)
+    elif rows is not None:
+        past = ((0, int(rows)),)
+    else:
+        return None
+    return _count(state.get(st.KEY_GLOBAL_STEP), default=_count(state.get(st.KEY_STEP))), past
+
+
+def schedule_state(
+    batching: Batching, world_size: int, ran: tuple[int, Schedule] | None = None, splits: int = 1
+) -> dict[str, Any]:
+    """The batch sizes the run's steps had, as the state keeps them: [[0, G0], [step, G],
+    ...] (for the ledger and `inspect`; a resume takes the schedule its loader is given).
+    `ran`: a loaded state's (global step, schedule): steps before it keep the G they ran
+    with, so the ledger answers them with the rows that were read. No key when one G held."""
+    now = [(0, batching.global_rows(world_size)), *batching.schedule]
+    if ran is None:
+        return {st.KEY_BATCH_SCHEDULE: [list(e) for e in now]} if batching.schedule else {}
+    at, past = ran
+    merged = [
+        *(entry for entry in past if entry[0] < at),
+        (at, batching.rows_at(at, world_size)),
+        *(entry for entry in now if entry[0] > at),
+    ]
+    changes = [e for i, e in enumerate(merged) if i == 0 or e[1] != merged[i - 1][1]]
+    if len(changes) == 1 and not batching.schedule:
         return {}
-    first = [0, batching.global_rows(world_size)]
-    return {st.KEY_BATCH_SCHEDULE: [first, *([at, g] for at, g in batching.schedule)]}
+    if any(g % splits for _, g in changes):  # batch_size= rows a rank: no plan-wide G
+        return {}
+    return {st.KEY_BATCH_SCHEDULE: [list(entry) for entry in changes]}
 
 
 def _batch_units(stream: RankStream, index: int) -> int:

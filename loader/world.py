@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import secrets
 from collections.abc import Callable
@@ -49,26 +50,62 @@ class OnWorld:
 
 SEED_PICKED = 2**63  # a picked seed lies in [0, 2**63): any JSON reader keeps it exact
 
+# What the processes that build one dataset must agree on besides version and seed: named
+# digests (the dataset's spec, and on a mesh its placement), compared field by field so a
+# refusal names the field. The agreement identifies *which* dataset, never the order in
+# which a process built its datasets.
+Fields = tuple[tuple[str, int], ...]
+
+
+def digest(value: Any) -> int:
+    """A 63-bit digest of `value`'s repr (plain data: tuples, strings, ints, None)."""
+    text = repr(value).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
+
+
+def first_difference(
+    mine: list[int], theirs: list[list[int]], names: list[str]
+) -> tuple[int, str] | None:
+    """(index in `theirs`, field name) of the first that differs from `mine`, or None."""
+    for i, other in enumerate(theirs):
+        for name, a, b in zip(names, mine, other, strict=True):
+            if a != b:
+                return i, name
+    return None
+
 
 class Agreement(Protocol):
     """How the processes that build one dataset come to one table version and one seed."""
 
     def agree(
-        self, version: int | None, version_given: bool, seed: int | None
+        self, version: int | None, version_given: bool, seed: int | None, fields: Fields = ()
     ) -> tuple[int | None, int]:
         """(version, seed) for every process: `version` is the one this process sees (or was
-        given); `seed` None asks for one picked at random, the same everywhere."""
+        given); `seed` None asks for one picked at random, the same everywhere; `fields`
+        must be equal on every process (else ValueError on every one, naming the field)."""
+        ...
+
+    def gather(self, values: list[int], what: str) -> list[list[int]]:
+        """Every `values` of the processes that build the dataset (a few int64s, the same
+        count on each), the same table on each, in their order; only they take part.
+        TimeoutError naming `what` when one never makes the same call."""
+        ...
+
+    def describe(self, index: int) -> str:
+        """How an error names the process at `index` of `gather`'s table."""
         ...
 
 
 @dataclass(frozen=True)
 class GroupAgreement:
-    """Rank 0 of `group` decides, by one broadcast; None: this process decides alone."""
+    """Rank 0 of `group` decides, by one broadcast; None: this process decides alone (and
+    later calls are checked with nobody: a dataset built alone, or one whose processes the
+    loader cannot know, as both pins were given for a place that is not the process's)."""
 
     group: Any | None
 
     def agree(
-        self, version: int | None, version_given: bool, seed: int | None
+        self, version: int | None, version_given: bool, seed: int | None, fields: Fields = ()
     ) -> tuple[int | None, int]:
         mine = secrets.randbelow(SEED_PICKED) if seed is None else seed
         if self.group is None or (version_given and seed is not None):
@@ -76,9 +113,17 @@ class GroupAgreement:
         if dist.get_world_size(self.group) == 1:
             return version, mine
         agreed_version, agreed_seed = _broadcast_pins(version, mine, self.group)
+        check_alike(self, fields, "StreamingDataset")
         return (version if version_given else agreed_version), (
             mine if seed is not None else agreed_seed
         )
+
+    def gather(self, values: list[int], what: str) -> list[list[int]]:
+        return gather_from_ranks(values, self.group, what)
+
+    def describe(self, index: int) -> str:
+        group = self.group
+        return f"rank {index if group is None else dist.get_global_rank(group, index)}"
 
 
 def resolve_world(rank: int | None, world_size: int | None) -> World:
@@ -220,13 +265,27 @@ def _broadcast_pins(version: int | None, seed: int, group: Any) -> tuple[int | N
     return (None if is_none else int(agreed)), int(agreed_seed)
 
 
-def every_process() -> Any | None:
-    """torch.distributed's default group when it is up with several processes, else None:
-    the processes that all hold one loader (data-parallel ranks and their replicas alike),
-    which a call every process makes alike (set_weights) is checked over."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.group.WORLD
-    return None
+def check_alike(agreement: Agreement, fields: Fields, what: str) -> None:
+    """ValueError on every process that builds the dataset when their `fields` differ,
+    naming the first process that differs and the field (a call they all make alike: the
+    dataset itself, a loader over it, set_weights)."""
+    if not fields:
+        return
+    rows = agreement.gather([value for _, value in fields], what)
+    found = first_difference(rows[0], rows[1:], [name for name, _ in fields])
+    if found is not None:
+        index, name = found
+        raise ValueError(
+            f"{what}: the processes that build the dataset differ on {name}: "
+            f"{agreement.describe(index + 1)} is the first that passed another {name} than "
+            f"{agreement.describe(0)}. {SAME_DATASETS}"
+        )
+
+
+SAME_DATASETS = (
+    "Every process must build the same datasets, in the same order, with the same arguments "
+    "(a process that built another dataset first pairs it with this one)"
+)
 
 
 def gather_from_ranks(values: list[int], group: Any | None, what: str) -> list[list[int]]:

@@ -2,6 +2,8 @@
 a (dp=2, tp=2) job saved mid-epoch with DCP, its resumes on (3, 2) and (1, 2), the ways a
 dataset without a mesh is refused, pipeline stages that read, a mixture on a mesh, and a
 process that never builds the dataset. Each process writes what it saw to `rank{r}.json`.
+Then (issue 33) processes that build other datasets, or place them otherwise, are refused
+on every process, and set_weights waits only for the processes that build the mixture.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def _phases(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     mesh12 = DeviceMesh("cpu", torch.arange(2).view(1, 2), mesh_dim_names=names)
     mesh32 = init_device_mesh("cpu", (3, 2), mesh_dim_names=names)
     stages = DeviceMesh("cpu", torch.arange(6).view(3, 2), mesh_dim_names=("pp", "dp"))
+    mesh23 = DeviceMesh("cpu", torch.arange(6).view(2, 3), mesh_dim_names=names)
     record: dict[str, Any] = {}
     if rank < 4:
         record["A"] = _save_on_2x2(rank, job, mesh22, first4)
@@ -63,6 +66,12 @@ def _phases(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     record["refused"] = _refused(job, mesh32)
     record["pp"] = _pipeline(job, stages)
     record["mixture"] = _mixture(job, mesh32)
+    record["differ"] = _differ(rank, job, mesh32, mesh23)
+    record["pp_mix"] = _pipeline_mixture(job, stages)
+    if rank == 0:  # an eval mixture rank 0 builds alone: set_weights waits for nobody
+        evals = _mixture_loader(job, None, rank=0, world_size=1)
+        evals.set_weights([1, 1], at_step=1)
+        record["eval_mix"] = len(next(iter(evals))["id"])
     if rank < 4:
         record["titan_saved"] = _titan(job, mesh22, first4, load=False)
     dist.barrier()
@@ -177,6 +186,61 @@ def _mixture(job: dict[str, Any], mesh: Any) -> dict[str, Any]:
         if len(batches) == 4:
             break
     return {"batches": batches, "dp": mix.rank, "coords": mix.mesh_coordinates}
+
+
+def _refusal(build: Any) -> str:
+    try:
+        build()
+    except ValueError as err:
+        return str(err)
+    return "built"
+
+
+def _differ(rank: int, job: dict[str, Any], mesh: Any, mesh23: Any) -> dict[str, str]:
+    """Issue 33 items 1-3: another dataset (built in another order), other dp_dims, another
+    mesh shape, another batch size or weights on one process: refused on every process."""
+    seen: dict[str, str] = {}
+    uris = [job["uri"], job["web"]] if rank == 0 else [job["web"], job["uri"]]
+    for i, uri in enumerate(uris):  # process 0 builds them in the other order
+        seen[f"order{i}"] = _refusal(lambda uri=uri: _loader(uri, mesh))
+        seen[f"order_group{i}"] = _refusal(  # without a mesh: the default group agrees
+            lambda uri=uri: StreamingDataset(uri, columns=["id"], num_splits=12, shuffle_seed=None)
+        )
+    dp_dims = ("dp", "tp") if rank == 3 else ("dp",)
+    seen["dp_dims"] = _refusal(lambda: _loader(job["uri"], mesh, dp_dims=dp_dims))
+    seen["shape"] = _refusal(lambda: _loader(job["uri"], mesh23 if rank == 5 else mesh))
+    ds = StreamingDataset(job["uri"], columns=["id"], num_splits=NUM_SPLITS, mesh=mesh)
+    g = 2 * GLOBAL_BATCH if rank == 2 else GLOBAL_BATCH
+    seen["batch"] = _refusal(lambda: StreamingDataLoader(ds, global_batch_size=g))
+    weights = [1, 1] if rank == 4 else [2, 1]
+    seen["weights"] = _refusal(lambda: _mixture_loader(job, mesh, weights=weights))
+    return seen
+
+
+def _mixture_loader(
+    job: dict[str, Any], mesh: Any, weights: Any = (2, 1), **kw: Any
+) -> StreamingDataLoader:
+    parts = {
+        name: StreamingDataset(
+            job[name], columns=["id"], num_splits=NUM_SPLITS, shuffle_seed=3, mesh=mesh, **kw
+        )
+        for name in ("web", "code")
+    }
+    return StreamingDataLoader(MixedDataset(parts, list(weights)), global_batch_size=GLOBAL_BATCH)
+
+
+def _pipeline_mixture(job: dict[str, Any], stages: Any) -> dict[str, Any] | None:
+    """Issue 33 item 4: set_weights on the stages that read (stage 1 builds nothing)."""
+    if stages.get_local_rank("pp") == 1:
+        return None
+    dl = _mixture_loader(job, stages, read_on={"pp": [0, 2]})
+    dl.set_weights([1, 1], at_step=2)
+    batches = []
+    for batch in dl:
+        batches.append(batch["id"].tolist())
+        if len(batches) == 4:
+            break
+    return {"batches": batches, "dp": dl.streaming_dataset.rank}
 
 
 def titan_dataset(uri: str, mesh: Any = None) -> StreamingDataset:

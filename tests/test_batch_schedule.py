@@ -15,8 +15,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loader import MixedDataset, StreamingDataLoader, StreamingDataset, rampup_schedule
+from loader import (
+    MixedDataset,
+    StreamingDataLoader,
+    StreamingDataset,
+    linear_ramp,
+    rampup_schedule,
+    rows_at_step,
+)
 from loader.stream import Batching, rank_stream, task_order_indices
+from loader.tools.rows import RunPosition
 
 
 @st.composite
@@ -346,3 +354,79 @@ def test_a_mixture_epoch_ended_by_a_pass_counts_its_ramped_steps(
         for _batch in dl:
             seen.append(len(dl))
         assert len(seen) == expected and set(seen[:-1]) <= {expected}
+
+
+@pytest.mark.parametrize("step", [10**15, 2**63 - 1])
+def test_every_step_argument_is_bounded_where_it_is_given(step: int) -> None:
+    """Issue 33 item 5: a step no run reaches (10**15 hung len(dl); near int64 the kernels
+    overflowed) is refused where it is given, naming the argument and the range."""
+    table = pa.table({"id": np.arange(64, dtype=np.int64)})
+
+    def dataset() -> StreamingDataset:
+        return StreamingDataset(table, num_splits=4, rank=0, world_size=1)
+
+    mix = MixedDataset({"a": dataset(), "b": dataset()}, [1, 1])
+    tries = {
+        "batch_schedule[0]'s global_step": lambda: StreamingDataLoader(
+            dataset(), global_batch_size=8, batch_schedule=[(step, 16)]
+        ),
+        "schedule[0] global step": lambda: MixedDataset(
+            {"a": dataset(), "b": dataset()}, [1, 1], schedule=[(step, [1, 3])]
+        ),
+        "at_step": lambda: StreamingDataLoader(mix, global_batch_size=8).set_weights(
+            [1, 3], at_step=step
+        ),
+        "stop": lambda: StreamingDataLoader(dataset(), global_batch_size=8).skip_steps(3, step),
+        "start": lambda: StreamingDataLoader(dataset(), global_batch_size=8).skip_steps(step, step),
+        "end_step": lambda: linear_ramp(0, step, [1, 1], [1, 3]),
+        "step": lambda: rows_at_step(
+            RunPosition.from_state(
+                StreamingDataLoader(dataset(), global_batch_size=8).state_dict()
+            ),
+            step,
+        ),
+    }
+    for name, call in tries.items():
+        with pytest.raises(ValueError) as err:
+            call()
+        assert f"{name} must be a global step in [" in str(err.value), (name, str(err.value))
+        assert "2**40" in str(err.value)
+
+
+G8: dict[str, Any] = {"global_batch_size": 8}
+RAMP = {"global_batch_size": 8, "batch_schedule": [(3, 16)]}
+# From step 4 on the same G as before, and the same rows before step 4 in all: the ledger
+# found its cursors consistent and answered steps 1-3 with 12, 4, 8 rows no rank read.
+SAME_SUM = {"global_batch_size": 8, "batch_schedule": [(1, 12), (2, 4), (3, 8)]}
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [G8, {"global_batch_size": 16}, G8],
+        [RAMP, {"global_batch_size": 8, "batch_schedule": [(2, 4), (7, 12)]}, RAMP],
+        [G8, SAME_SUM],
+    ],
+)
+def test_the_ledger_answers_past_steps_with_the_schedule_they_ran_with(
+    runs: list[dict[str, Any]],
+) -> None:
+    """Issue 33 item 6: after a resume with another batch size or schedule, rows_at_step
+    answered earlier steps by the new one, with rows no rank read (or refused steps it
+    could answer); the state keeps the G each past step ran with, across resumes."""
+    table = pa.table({"id": np.arange(480, dtype=np.int64)})
+    seen: list[list[int]] = []
+    state = None
+    for kw in runs:  # 5 steps each, then a resume with the next batch sizes
+        ds = StreamingDataset(table, num_splits=4, shuffle_seed=5, rank=0, world_size=1)
+        dl = StreamingDataLoader(ds, **kw)
+        if state is not None:
+            dl.load_state_dict(state)
+        for batch in dl:
+            seen.append(batch["id"].tolist())
+            if len(seen) % 5 == 0:
+                break
+        state = dl.state_dict()
+    run = RunPosition.from_state(state)
+    # the table's ids are its positions
+    assert [rows_at_step(run, t).positions.tolist() for t in range(len(seen))] == seen

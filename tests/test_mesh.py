@@ -61,6 +61,19 @@ def check_replicas(seen: list[dict[str, Any]], dp_size: int, replicas: int) -> l
     return global_batches
 
 
+def check_refusals(differ: list[dict[str, str]]) -> None:
+    """Issue 33 items 1-3: each disagreement refused on every process, naming the first
+    process that differs and the field."""
+    for p in differ:
+        for i in range(2):  # process 0 built the two datasets in the other order
+            assert "differ on source: global rank 1 (dp=0, tp=1) is the first" in p[f"order{i}"]
+            assert "differ on source: rank 1 is the first" in p[f"order_group{i}"]
+        assert "differ on dp_dims: global rank 3 (dp=1, tp=1) is the first" in p["dp_dims"]
+        assert "differ on mesh shape: global rank 5 (dp=" in p["shape"]
+        assert "differ on batch sizes: global rank 2 (dp=1, tp=0) is the first" in p["batch"]
+        assert "differ on weights: global rank 4 (dp=2, tp=0) is the first" in p["weights"]
+
+
 def test_a_2x2_mesh_job_resumes_on_3x2_and_1x2(tmp_path: Path) -> None:
     uri = tmp_path / "rows.lance"
     mesh_job.table(uri, 0, NUM_ROWS)
@@ -138,6 +151,12 @@ def test_a_2x2_mesh_job_resumes_on_3x2_and_1x2(tmp_path: Path) -> None:
     epoch_rows = GLOBAL_BATCH * (TITAN_ROWS // GLOBAL_BATCH)  # the short last step dropped
     first_epoch = [i for batch in expected[: epoch_rows // GLOBAL_BATCH] for i in batch]
     assert len(set(first_epoch)) == epoch_rows  # and then the next epoch, endless
+
+    check_refusals([ranks[r]["differ"] for r in range(6)])
+    staged = [ranks[r]["pp_mix"] for r in (0, 1, 4, 5)]  # set_weights on the reading stages
+    for t, batch in enumerate(check_replicas(staged, dp_size=2, replicas=2)):
+        assert sum(i >= 10_000 for i in batch) == GLOBAL_BATCH // (3 if t < 2 else 2), t
+    assert ranks[0]["eval_mix"] == GLOBAL_BATCH  # rank 0 alone: waited for nobody
 
     for r in range(5):
         message = ranks[r]["missing"]

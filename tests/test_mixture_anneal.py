@@ -61,4 +61,4 @@ def test_an_annealed_mixture_killed_on_two_ranks_resumes_on_three(tmp_path: Path
         )
     for r in range(2):  # other arguments on one rank: an error on every rank, then agreed
         note = orjson.loads((first / f"rank{r}.json").read_bytes())["set_weights"]["mismatch"]
-        assert "ranks [1] were given other weights" in note
+        assert "rank 1 were given other weights" in note

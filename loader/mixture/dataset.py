@@ -43,7 +43,7 @@ from loader.mixture.weights import (
     schedule_phases,
 )
 from loader.plan import PlanSpec
-from loader.progress import Batching, schedule_state
+from loader.progress import Batching, Schedule, ran_schedule, schedule_state
 from loader.read.reader import BatchReader
 from loader.sources import ResolvedSource, SourceSpec, is_remote
 from loader.trainers.resharding import refuse_resharding
@@ -98,6 +98,8 @@ class MixedDataset(OnWorld):
         self.names, self.datasets = named_datasets(datasets)
         first = self.datasets[0]
         self.world: World = first.world
+        self.peers = first.peers  # every dataset of a mixture has the same processes
+        self._ran: tuple[int, Schedule] | None = None  # a loaded state's past batch sizes
         for name, ds in zip(self.names, self.datasets, strict=True):
             if (ds.rank, ds.world_size) != (first.rank, first.world_size):
                 raise ValueError(
@@ -236,6 +238,12 @@ class MixedDataset(OnWorld):
         refuse_resharding(self.rank, self.world_size)  # Accelerate's wrappers call this first
         self.progress.set_epoch(args.integer("epoch", epoch, 0))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (e.g. pickled to a worker) leaves the process groups with the original."""
+        state = self.__dict__.copy()
+        state["peers"] = None
+        return state
+
     def __iter__(self) -> Iterator[Any]:
         refuse_resharding(self.rank, self.world_size)
         raise TypeError(
@@ -259,7 +267,7 @@ class MixedDataset(OnWorld):
             st.KEY_GLOBAL_STEP: pos.global_step,
             st.KEY_WORLD_SIZE: self.world_size,
             st.KEY_GLOBAL_BATCH: batching.rows_at(pos.global_step, self.world_size),
-            **schedule_state(batching, self.world_size),
+            **schedule_state(batching, self.world_size, self._ran),
             ms.KEY_PHASE_START: pos.phase_start,
             ms.KEY_PHASE_COUNTS: list(pos.counts),
             ms.KEY_EPOCH_PASSES: list(pos.epoch_passes),
@@ -310,6 +318,7 @@ class MixedDataset(OnWorld):
         count = len(self.names)
         saved = Weights.of([_parse(t) for t in state[ms.KEY_WEIGHTS]], count, "state weights")
         global_step = state[st.KEY_GLOBAL_STEP]
+        self._ran = ran_schedule(state)
         phase_start = state[ms.KEY_PHASE_START]
         history = (
             saved_phases(state[ms.KEY_PHASES], count)

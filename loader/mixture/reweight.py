@@ -2,13 +2,14 @@
 
 New weights begin a phase at global step t (`loader.mixture.weights`): from t on the new
 phase's counts hold exactly, and every phase after t is replaced. Every rank must call it
-with the same arguments: with torch.distributed initialised, every process (data-parallel
-ranks and, on a mesh, their replicas: all hold the loader) gathers a digest of (weights, t) and of
-whether each could apply it, and all raise when they differ (within the agreement timeout,
-never a silent divergence). A t that this rank has already read ahead of (tasks handed to
-workers or to the read-ahead threads) is refused on every rank: redoing a read-ahead would
-need the workers' queues drained, and a step read with the old weights would make this
-rank's step t differ from a rank that had not read it yet.
+with the same arguments: every process that builds the mixture's datasets (data-parallel
+ranks and, on a mesh, their replicas: all hold the loader; on a pipeline only the stages in
+`read_on`; an eval mixture built on one rank alone, nobody else) gathers a digest of
+(weights, t) and of whether each could apply it, and all raise when they differ (within
+the agreement timeout, never a silent divergence). A t that this rank has already read
+ahead of (tasks handed to workers or to the read-ahead threads) is refused on every rank:
+redoing a read-ahead would need the workers' queues drained, and a step read with the old
+weights would make this rank's step t differ from a rank that had not read it yet.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 
 from loader import args
 from loader.mixture.weights import Phase, Weights, with_phase
-from loader.world import every_process, gather_from_ranks
 
 OK, TOO_LATE = 0, 1
 
@@ -34,23 +34,28 @@ def digest(weights: Weights, at_step: int) -> int:
 def set_weights(mixture: Any, weights: Sequence[Any], at_step: int) -> None:  # a MixedDataset
     """Give `mixture` `weights` from global step `at_step` on (see the module docstring)."""
     shares = Weights.of(weights, len(mixture.names))
-    step = args.integer("at_step", at_step, 0)
+    step = args.step("at_step", at_step, 0)
     plan = mixture.mix_plan
     phases = with_phase(plan.phases, Phase(step, shares), replace_later=True)
     progress = mixture.progress
     reached = progress.read_ahead_to()
     unchanged = phases == plan.phases  # called again (e.g. after a resume): nothing to do
     verdict = OK if unchanged or step >= reached else TOO_LATE
-    group = every_process()
-    said = gather_from_ranks([digest(shares, step), verdict], group, "set_weights")
-    if len({d for d, _ in said}) > 1:
-        differ = [r for r, (d, _) in enumerate(said) if d != said[0][0]]
+    peers = mixture.peers
+    mine = [digest(shares, step), verdict]
+    said = [mine] if peers is None else peers.gather(mine, "set_weights")
+    if peers is not None and len({d for d, _ in said}) > 1:
+        differ = [peers.describe(r) for r, (d, _) in enumerate(said) if d != said[0][0]]
         raise ValueError(
-            f"set_weights: ranks {differ} were given other weights or at_step than rank 0 "
-            f"(this rank: {shares.text()} at step {step}); every rank must call it with the "
-            "same arguments"
+            f"set_weights: {', '.join(differ)} were given other weights or at_step than "
+            f"{peers.describe(0)} (this process: {shares.text()} at step {step}); every "
+            "process must call it with the same arguments"
         )
-    late = [r for r, (_, v) in enumerate(said) if v == TOO_LATE]
+    late = [
+        peers.describe(r) if peers is not None else "this process"
+        for r, (_, v) in enumerate(said)
+        if v == TOO_LATE
+    ]
     if late and step < progress.global_step:  # handed out already (a skip may jump past it)
         raise ValueError(
             f"set_weights(at_step={step}) is behind the position (global_step="
@@ -59,7 +64,7 @@ def set_weights(mixture: Any, weights: Sequence[Any], at_step: int) -> None:  # 
         )
     if late:
         raise ValueError(
-            f"set_weights(at_step={step}): rank(s) {late} already read global steps up to "
+            f"set_weights(at_step={step}): {', '.join(late)} already read global steps up to "
             f"{reached - 1} ahead (this rank's global step: {progress.global_step}); give an "
             f"at_step at or after the steps read ahead (at least {reached} here), or call "
             "set_weights before the loader reads that far (fewer workers, prefetch_factor or "

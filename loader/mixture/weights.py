@@ -173,7 +173,7 @@ def schedule_phases(schedule: Any, count: int) -> list[Phase]:
     for i, entry in enumerate(schedule):
         if not isinstance(entry, Sequence) or isinstance(entry, str | bytes) or len(entry) != 2:
             raise TypeError(f"schedule[{i}] must be a (global_step, weights) pair, got {entry!r}")
-        step = args.integer(f"schedule[{i}] global step", entry[0], 1)
+        step = args.step(f"schedule[{i}] global step", entry[0], 1)
         if out and step <= out[-1].start:
             raise ValueError(
                 f"schedule[{i}] starts at global step {step}, not after schedule[{i - 1}]'s "
@@ -200,8 +200,8 @@ def linear_ramp(
     A phase at step 0 is left out (that is `weights=`). Append more phases after it, or
     put phases before it.
     """
-    start = args.integer("start_step", start_step, 0)
-    end = args.integer("end_step", end_step, start + 1)
+    start = args.step("start_step", start_step, 0)
+    end = args.step("end_step", end_step, start + 1)
     span = end - start
     count = args.integer("phases", min(10, span) if phases is None else phases, 1, span + 1)
     if isinstance(from_weights, str | bytes) or not isinstance(from_weights, Sequence):

@@ -173,7 +173,7 @@ def rows_at_step(
     and only the id column. A ValueError says why a step cannot be answered from `run`
     (see the module docstring).
     """
-    step = args.integer("step", step, 0)  # numpy integers too; 1.5 and True are refused
+    step = args.step("step", step, 0)  # numpy integers too; 1.5 and True are refused
     rank = args.optional_integer("rank", rank, 0)
     if rank is not None and rank >= run.world_size:
         raise ValueError(f"rank must be in [0, {run.world_size - 1}] (W), got {rank!r}")
