@@ -177,6 +177,10 @@ class NodeCache:
             self._ensure_one(rel)
         self._evict(keep=set(wanted))
 
+    def trim(self) -> None:
+        """Evict down to the limit; files other processes are reading stay."""
+        self._evict(keep=set())
+
     def forget(self, relative: Iterable[str]) -> None:
         """Check these files again on next use (a read found one missing or damaged)."""
         with self._lock:

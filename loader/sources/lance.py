@@ -181,7 +181,9 @@ class LanceRows:
             cache.ensure(files)
             try:
                 with cache.reading(files):
-                    return self._take(positions)
+                    table = self._take(positions)
+                cache.trim()  # a read needing more than the limit leaves it at the limit
+                return table
             except LANCE_ERRORS as err:
                 if attempt:
                     raise CacheFileError(
