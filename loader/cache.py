@@ -217,6 +217,10 @@ class NodeCache:
                     self.counts.misses += 1
                     self.counts.refetched += int(refetch)
                     self.counts.bytes_from_store += size
+            else:  # waited on another process's download
+                with self._lock:
+                    self.counts.hits += 1
+                    self.counts.bytes_from_cache += target.stat().st_size
             with self._lock:
                 self._verified.add(rel)
 
