@@ -27,9 +27,11 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,8 @@ from loader.storage.locations import pyarrow_filesystem
 
 ENV_DIR = "ELASTIC_LOADER_CACHE_DIR"
 ENV_LIMIT = "ELASTIC_LOADER_CACHE_LIMIT"
+STATS_EVERY_S = 1.0  # how often a process writes its counts for the node's telemetry
+_STARTED = time.time()
 CHUNK = 8 << 20  # one streamed GET per file, read in 8 MiB pieces
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
@@ -112,6 +116,7 @@ class NodeCache:
     counts: CacheCounts = field(default_factory=CacheCounts)
     _verified: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _written: float = 0.0
 
     @property
     def base(self) -> Path:
@@ -176,10 +181,24 @@ class NodeCache:
         for rel in wanted:
             self._ensure_one(rel)
         self._evict(keep=set(wanted))
+        self.write_stats()
+
+    def write_stats(self, force: bool = False) -> None:
+        """This process's counts in `<root>/stats/<pid>.json`, for `node_stats` (lossy)."""
+        now = time.monotonic()
+        if not force and now - self._written < STATS_EVERY_S:
+            return
+        self._written = now
+        folder = Path(self.spec.root) / "stats"
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(self.counts.as_dict()).encode()
+            _write_atomic(folder / f"{os.getpid()}-{id(self)}.json", text)
 
     def trim(self) -> None:
         """Evict down to the limit; files other processes are reading stay."""
         self._evict(keep=set())
+        self.write_stats()
 
     def forget(self, relative: Iterable[str]) -> None:
         """Check these files again on next use (a read found one missing or damaged)."""
@@ -217,6 +236,7 @@ class NodeCache:
                     self.counts.misses += 1
                     self.counts.refetched += int(refetch)
                     self.counts.bytes_from_store += size
+                self._written = 0.0  # a fetch is reported at once
             else:  # waited on another process's download
                 with self._lock:
                     self.counts.hits += 1
@@ -321,6 +341,20 @@ class NodeCache:
                 yield True
         finally:
             os.close(fd)
+
+
+def node_stats(root: str, since: float = _STARTED) -> dict[str, int]:
+    """The node's totals: every process's counts written since `since` (this one's start),
+    so ranks, their workers and the ones before them in this job add up."""
+    total = CacheCounts().as_dict()
+    for path in (Path(root) / "stats").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if path.stat().st_mtime < since:
+                continue
+            for key, value in json.loads(path.read_text()).items():
+                if key in total and isinstance(value, int):
+                    total[key] += value
+    return total
 
 
 def fragment_files(fragment: Any) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import warnings
 from pathlib import Path
 
 import lance
@@ -124,3 +125,46 @@ def test_cache_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, table:
     monkeypatch.setenv("ELASTIC_LOADER_CACHE_DIR", str(tmp_path / "env"))
     assert _ids(table) == _ids(table, cache_dir=tmp_path / "other")
     assert _cached(tmp_path / "env")
+
+
+def test_node_totals_reach_the_collector_and_metrics(table: str, tmp_path: Path) -> None:
+    """Two readers of one node cache: their summed counts go out in a `cache` event, which
+    the collector accepts and `/metrics` serves per host and folder."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from loader import StreamingDataLoader
+    from loader.telemetry.client import TelemetryClient
+    from loader.telemetry.reporter import TelemetryReporter
+    from tests.collector_api import collector_client, post
+
+    cache = tmp_path / "c"
+    plain = _ids(table, cache_dir=cache)
+    assert _ids(table, cache_dir=cache) == plain  # a second process's read: all hits
+    ds = StreamingDataset(table, num_splits=4, rank=0, world_size=1, cache_dir=cache)
+    static = {"rank": 0, "world_size": 1, "num_splits": 4, "host": "node-a"}
+    with warnings.catch_warnings():  # nothing listens on port 9: the warning is expected
+        warnings.simplefilter("ignore")
+        client = TelemetryClient("http://127.0.0.1:9", "cache-run", static, interval_s=3600)
+        try:
+            reporter = TelemetryReporter(client, StreamingDataLoader(ds, batch_size=8))
+            reporter.tell_caches()
+            events = [client._progress(), *client._drain()[1:]]
+        finally:
+            client.close(0.1)
+    ours = [e for e in events if e["kind"] == "cache"]
+    assert len(ours) == 1 and ours[0]["data"]["cache_dir"] == str(cache)
+    files = ours[0]["data"]
+    assert files["misses"] == ROWS // PER_FILE
+    with collector_client(tmp_path / "m.db") as c:
+        assert post(c, events).status_code == 202
+        text = c.get("/metrics").text
+        assert c.get("/api/runs/cache-run/timeline").json()["count"] == 0  # not a milestone
+    found = {
+        (s.name, s.labels.get("cache_dir")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert found[("elastic_loader_node_cache_misses_total", str(cache))] == files["misses"]
+    assert found[("elastic_loader_node_cache_hits_total", str(cache))] == files["hits"] > 0
+    table_bytes = sum(p.stat().st_size for p in _cached(cache))
+    assert found[("elastic_loader_node_cache_bytes_from_store_total", str(cache))] == table_bytes
