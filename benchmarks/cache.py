@@ -25,9 +25,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader import StreamingDataLoader, StreamingDataset  # noqa: E402
-from tests.netproxy import FaultProxy, Faults  # noqa: E402
-from tests.object_store import running_s3_server  # noqa: E402
+from loader import StreamingDataLoader, StreamingDataset
+from tests.netproxy import FaultProxy, Faults
+from tests.object_store import running_s3_server
 
 
 def _epoch(uri: str, options: dict[str, str], **cache: object) -> tuple[int, float]:
@@ -56,7 +56,9 @@ def main() -> None:
     )
     with running_s3_server() as server, tempfile.TemporaryDirectory() as tmp:
         uri = f"s3://{server.make_bucket()}/t.lance"
-        lance.write_dataset(table, uri, max_rows_per_file=32_768, storage_options=server.storage_options)
+        lance.write_dataset(
+            table, uri, max_rows_per_file=32_768, storage_options=server.storage_options
+        )
         with FaultProxy((server.host, server.port)) as proxy:
             proxy.faults = Faults(delay_s=args.delay_ms / 1000)
             options = {**server.storage_options, "endpoint": proxy.endpoint}
