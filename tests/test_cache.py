@@ -168,3 +168,42 @@ def test_node_totals_reach_the_collector_and_metrics(table: str, tmp_path: Path)
     assert found[("elastic_loader_node_cache_hits_total", str(cache))] == files["hits"] > 0
     table_bytes = sum(p.stat().st_size for p in _cached(cache))
     assert found[("elastic_loader_node_cache_bytes_from_store_total", str(cache))] == table_bytes
+
+
+@pytest.mark.slow
+def test_kill_9_mid_download_leaves_nothing_taken_as_whole(tmp_path: Path) -> None:
+    """A downloader killed while writing: its lock dies with it, its temporary file is never
+    read, and the next process fetches the file whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.net import wait_until
+
+    ids = np.arange(200_000, dtype=np.int64)
+    uri = str(tmp_path / "big.lance")
+    lance.write_dataset(pa.table({"id": ids, "x": ids * 2.0}), uri)
+    rel = fragment_files(lance.dataset(uri).get_fragments()[0])[0]
+    root = tmp_path / "c"
+    child = (
+        "import sys, loader.cache as c; c.CHUNK = 1; "  # one byte a read: slow enough to kill
+        "c.NodeCache(c.CacheSpec(sys.argv[1]), sys.argv[2], None).ensure([sys.argv[3]])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", child, str(root), uri, rel], env=env)
+    try:
+        wait_until(
+            lambda: any(p.stat().st_size > 0 for p in root.glob("*/files/data/.*.tmp")),
+            60, "the download to begin",
+        )  # fmt: skip
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, "killed mid-download, not finished"
+    assert list(root.glob("*/files/data/.*.tmp")), "the temporary file it left"
+    assert not _cached(root), "nothing half-written under the file's name"
+    cache = NodeCache(CacheSpec(str(root)), uri, None)
+    cache.ensure([rel])
+    assert cache.counts.misses == 1
+    assert _cached(root)[0].read_bytes() == (Path(uri) / rel).read_bytes()
