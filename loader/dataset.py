@@ -8,6 +8,7 @@ cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
 from loader import state as st
+from loader.cache import CacheSpec
 from loader.layout import owned_splits
 from loader.mesh import place
 from loader.packing import PackedTokens, pack_spec, packed_clump
@@ -50,6 +52,9 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         version: the table version to pin (default: the one rank 0 sees at start).
         allow_source_change: resume although the source's identity differs.
         storage_options: object-store options (default: the LanceDB connection's).
+        cache_dir, cache_limit: a node-local folder (default `ELASTIC_LOADER_CACHE_DIR`) that
+            keeps a Lance source's data files for every process of the node, and its size
+            ('200GB'; default unlimited). It never changes the batches (docs/cache.md).
         pack_sequences, eos_id, pad_id, blocks_per_epoch: pack a token column into blocks of
             `pack_sequences` tokens, a split's unit (docs/packing.md).
         pack_fields, pack_dtype: a packed batch's fields (None: all five) and its token
@@ -94,6 +99,8 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         mesh: Any = None,
         dp_dims: tuple[str, ...] | None = None,
         read_on: dict[str, list[int]] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         if source is None:
             raise ValueError(
@@ -122,6 +129,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
             "columns": columns,
             "filter": filter,
             "storage_options": storage_options,
+            "cache": CacheSpec.of(cache_dir, cache_limit),
         }
         self._raw_source = source
         self.allow_source_change = args.boolean("allow_source_change", allow_source_change)

@@ -25,6 +25,8 @@ PROGRESS = "progress"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_LOADED = "checkpoint_loaded"
 EPOCH_END = "epoch_end"
+# A node cache's totals (`data`: host, cache_dir, hits, misses, bytes_from_store, ...).
+CACHE = "cache"
 STEPS_SKIPPED = "steps_skipped"  # a range of global steps the loader jumps over
 # A mixture's weights and per-dataset progress: at each `for` and each resume (where weights
 # may change). `data`: names, weights (text), phase_start, supplied/passes/tokens per dataset.

@@ -65,6 +65,7 @@ class Counts:
     dropped: int = 0
     refused: int = 0
     answered: int = 0
+    bytes_down: int = 0  # bytes the server sent back through the proxy
 
 
 @dataclass(eq=False)
@@ -234,6 +235,8 @@ class FaultProxy:
                         break
                     continue
                 link.client.sendall(data)
+                with self._lock:
+                    self.counts.bytes_down += len(data)
         except OSError:
             pass
         self._forget(link)

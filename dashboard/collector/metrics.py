@@ -8,7 +8,8 @@ checkpoints saved; per process: its state (one series, the current state, value 
 seconds since its last report and since its step last moved; per data-parallel rank: rows
 (packed: blocks) and tokens per second and the share of time its loop waited for data over
 the last 30 s, global step; per dataset of a mixture: its weight, rows supplied and passes
-completed (its latest report).
+completed (its latest report); per node cache (host and folder): hits, misses, bytes from the
+store and from the cache, evictions, files fetched again (its latest `cache` event).
 
 At scale: a run whose last report was received longer ago than `METRICS_KEEP_S` (15 min; a finished,
 stopped or long-dead run) leaves /metrics (its views stay in the API), so a collector
@@ -30,12 +31,13 @@ from dashboard.collector.fleet import live_processes, live_totals
 from dashboard.collector.status import Health, by_rank, run_status
 from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
-from loader.wire import text_list
+from loader.wire import CACHE, text_list
 
 RUN_STATES = ("starting", "running", "stalled", "crashed", "restarted", "finished", "stopped")
 METRICS_KEEP_S = 900.0  # a run leaves /metrics this long after its last report
 PREFIX = "elastic_loader_"
 RUN, RANK, DATASET = ("run_id",), ("run_id", "rank"), ("run_id", "dataset")
+NODE = ("run_id", "host", "cache_dir")  # a node cache: its host and folder
 PROCESS = (*RANK, "process")  # a process: its data-parallel rank and its global rank
 # (key, type, name after PREFIX (counters: without `_total`), help, labels)
 FAMILIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
@@ -64,7 +66,16 @@ FAMILIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
      "Rows (packed: blocks) a mixture dataset supplied since the run began", DATASET),
     ("mix_passes", "gauge", "mixture_passes_completed",
      "Passes over a mixture dataset completed", DATASET),
+    *((f"cache_{key}", "counter", f"node_cache_{key}", text, NODE) for key, text in (
+        ("hits", "Data-file reads a node's cache served (its latest report)"),
+        ("misses", "Data files a node fetched from the store into its cache"),
+        ("bytes_from_store", "Bytes a node's cache fetched from the object store"),
+        ("bytes_from_cache", "Bytes of data files a node read from its cache"),
+        ("evictions", "Files a node's cache evicted to stay under cache_limit"),
+        ("refetched", "Cached files found damaged or missing and fetched again"),
+    )),
 )  # fmt: skip
+CACHE_KEYS = ("hits", "misses", "bytes_from_store", "bytes_from_cache", "evictions", "refetched")
 _NAMES = {
     key: PREFIX + name + ("_total" if kind == "counter" else "")
     for key, kind, name, _, _ in FAMILIES
@@ -159,6 +170,21 @@ def _run(store: Store, run: dict[str, Any], live: _Live, now: float, out: _Lines
     totals = live.totals.get(run["run_id"], {})
     out.ranks(run_id, by_rank(status), totals, run.get("seq_len") is not None)
     _mixture(store, run["run_id"], run_id, out)
+    _cache(store, run["run_id"], run_id, out)
+
+
+def _cache(store: Store, run_id: str, label: str, out: _Lines) -> None:
+    """Per node cache (host, folder), its latest totals (any rank of the node sends them)."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in store.events(run_id, CACHE, 1000):  # oldest first: the last one stays
+        data = event["data"]
+        if isinstance(data, dict):
+            latest[(str(data.get("host", "")), str(data.get("cache_dir", "")))] = data
+    for (host, folder), data in sorted(latest.items()):
+        for key in CACHE_KEYS:
+            value = data.get(key)
+            if isinstance(value, int):
+                out.add(f"cache_{key}", (label, escape(host), escape(folder)), value)
 
 
 def _mixture(store: Store, run_id: str, label: str, out: _Lines) -> None:

@@ -53,6 +53,7 @@ from dashboard.collector.writes import (
     run_row,
 )
 from loader.wire import (
+    CACHE,
     CHECKPOINT_LOADED,
     CHECKPOINT_SAVED,
     CLOSED,
@@ -251,12 +252,13 @@ class Store:
                     "JOIN samples s ON s.run_id = r.run_id AND s.ts < r.last_ts - ?)",
                     (keep.keep_samples_s,),
                 )
-                conn.execute(
-                    "DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, row_number() "
-                    "OVER (PARTITION BY run_id ORDER BY ts DESC, id DESC) AS newer FROM events "
-                    "WHERE kind = ?) WHERE newer > ?)",
-                    (MIXTURE_PROGRESS, keep.keep_live_reports),
-                )
+                for live in (MIXTURE_PROGRESS, CACHE):  # live reports: the latest ones kept
+                    conn.execute(
+                        "DELETE FROM events WHERE id IN (SELECT id FROM (SELECT id, row_number() "
+                        "OVER (PARTITION BY run_id ORDER BY ts DESC, id DESC) AS newer FROM events "
+                        "WHERE kind = ?) WHERE newer > ?)",
+                        (live, keep.keep_live_reports),
+                    )
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -451,16 +453,17 @@ class Store:
         return int(rows[0][0])
 
     def milestones(self, run_id: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        """Discrete events but `closed` and live mixture reports, folded across ranks: one row per kind, epoch, step
+        """Discrete events but `closed` and live mixture and node-cache reports, folded across ranks: one row per kind, epoch, step
         (global when sent) and world size, with the data of its first event and the count
         of ranks that sent it (SQLite takes the bare `data` from the `min(ts)` row)."""
         rows = self.query(
             "SELECT kind, min(ts) AS ts, epoch, coalesce(global_step, step) AS step, world_size, "
             "data, count(DISTINCT rank) AS ranks FROM events WHERE run_id = ? AND kind != ? "
-            "AND kind != ? GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
+            "AND kind != ? AND kind != ? GROUP BY kind, epoch, 4, world_size ORDER BY ts LIMIT ?",
             run_id,
             CLOSED,
             MIXTURE_PROGRESS,
+            CACHE,
             limit,
         )
         return [{**dict(row), "data": orjson.loads(row["data"])} for row in rows]

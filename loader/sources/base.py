@@ -59,6 +59,7 @@ class SourceSpec:
     version_id: str | None = None
     storage_options: dict[str, str] | None = field(default=None, compare=False, repr=False)
     data: Any = field(default=None, compare=False, repr=False)
+    cache: Any = field(default=None, compare=False, repr=False)  # loader.cache.CacheSpec
 
     def identity(self) -> dict[str, Any]:
         """What goes in the state: enough to tell whether a resume reads the same table."""
@@ -97,6 +98,7 @@ class SourceRequest:
     filter: Any
     version: int | None
     storage_options: dict[str, str] | None
+    cache: Any = None  # loader.cache.CacheSpec: where this node caches the data files
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from loader.cache import CacheFileError, NodeCache, fragment_files
 from loader.sources.base import (
     Backend,
     PinnedVersionGoneError,
@@ -145,7 +146,12 @@ class LanceRows:
 
     def __init__(self, spec: SourceSpec) -> None:
         self._spec = spec
-        self._dataset = open_lance(spec.uri, spec.version, spec.storage_options)
+        self.cache: NodeCache | None = None
+        if spec.cache is not None and spec.version is not None and spec.version_id:
+            self.cache = NodeCache(spec.cache, spec.uri, spec.storage_options)
+            self._dataset = self.cache.mirror(spec.version, spec.version_id, self._open_mirror)
+        else:
+            self._dataset = open_lance(spec.uri, spec.version, spec.storage_options)
         self._columns = list(spec.columns) if spec.columns is not None else None
         self._len = self._dataset.count_rows()
         self._fragments = fragment_starts(self._dataset)
@@ -153,12 +159,49 @@ class LanceRows:
     def __len__(self) -> int:
         return self._len
 
+    def _open_mirror(self, url: str) -> Any:
+        import lance
+
+        return lance.dataset(url, version=self._spec.version)
+
     def take(self, positions: NDArray[np.int64]) -> pa.Table:
+        if self.cache is not None:
+            return self._take_cached(positions, self.cache)
         try:
             return self._take(positions)
         except LANCE_ERRORS as err:
             raw = err
         raise self._explain(raw)  # outside the handler: Lance's error is not the context
+
+    def _take_cached(self, positions: NDArray[np.int64], cache: NodeCache) -> pa.Table:
+        """Materialise the fragments the read touches, then read them from the node's disk
+        holding shared locks; a file deleted or damaged under the read is fetched again."""
+        files = self._files_of(positions)
+        for attempt in range(2):
+            cache.ensure(files)
+            try:
+                with cache.reading(files):
+                    table = self._take(positions)
+                cache.trim()  # a read needing more than the limit leaves it at the limit
+                return table
+            except LANCE_ERRORS as err:
+                if attempt:
+                    raise CacheFileError(
+                        f"reading {self._spec.uri!r} from the node cache {cache.base} failed "
+                        f"after fetching its files again: {redact(str(err), self._spec.storage_options)}"
+                    ) from None
+                cache.forget(files)
+        raise AssertionError("unreachable")
+
+    def _files_of(self, positions: NDArray[np.int64]) -> list[str]:
+        found = self._fragments
+        if found is None or not len(positions):
+            fragments = list(self._dataset.get_fragments()) if len(positions) else []
+        else:
+            starts, all_fragments = found
+            touched = np.unique(np.searchsorted(starts, positions, side="right") - 1)
+            fragments = [all_fragments[int(i)] for i in touched]
+        return [name for fragment in fragments for name in fragment_files(fragment)]
 
     def _take(self, positions: NDArray[np.int64]) -> pa.Table:
         found = self._fragments
@@ -218,7 +261,15 @@ def _pin(
     check_columns(request.columns, dataset.schema.names, uri)
     n, rows = _filtered(dataset, request.filter, options)
     spec = SourceSpec(
-        kind, uri, name, dataset.version, request.columns, None, version_id(dataset), options
+        kind,
+        uri,
+        name,
+        dataset.version,
+        request.columns,
+        None,
+        version_id(dataset),
+        options,
+        cache=request.cache,
     )
     schema = read_schema(dataset.schema, request.columns)
     return ResolvedSource(spec, n, rows, request.filter, schema)

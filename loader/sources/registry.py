@@ -49,10 +49,11 @@ def resolve_source(
     filter: Any = None,
     version: int | None = None,
     storage_options: dict[str, str] | None = None,
+    cache: Any = None,
 ) -> ResolvedSource:
     """Pin `source` to one version, check columns, and evaluate the filter once."""
     cols = tuple(columns) if columns is not None else None
-    request = SourceRequest(cols, filter, version, storage_options)
+    request = SourceRequest(cols, filter, version, storage_options, cache)
     read_deadline(storage_options)  # a bad value fails here, not at the first read
     for candidate in SOURCES.values():
         if candidate.accepts(source):

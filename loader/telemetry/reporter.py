@@ -51,6 +51,7 @@ class StreamingDataLoader(Protocol):
 
 _LIVE: weakref.WeakSet[TelemetryReporter] = weakref.WeakSet()
 MIXTURE_HEARTBEATS = 5  # a live mixture event every 5 heartbeats (5 s by default)
+CACHE_EVERY_S = 5.0  # node-cache totals this often (`node_stats` reads a small folder)
 
 
 def checkpoint_written(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
@@ -123,6 +124,8 @@ class TelemetryReporter(Reporter):
         self.mixture_every_s = MIXTURE_HEARTBEATS * client.interval_s
         self._mixture_sent = time.monotonic()  # the `for`'s `mixture` event is on its way
         self._mixture_stale = False  # batches read since the last report
+        self._caches = cache_roots(loader.streaming_dataset)
+        self._cache_at = 0.0  # when the node caches' next totals are due
 
     @property
     def client(self) -> TelemetryClient:
@@ -144,6 +147,18 @@ class TelemetryReporter(Reporter):
         self._mixture_stale = True
         if self._live_mixture and time.monotonic() - self._mixture_sent >= self.mixture_every_s:
             self._tell_mixture()
+        if self._caches and time.monotonic() >= self._cache_at:
+            self.tell_caches()
+
+    def tell_caches(self) -> None:
+        """The node totals of each cache the loader reads through (`cache` events, every
+        CACHE_EVERY_S): whichever rank of a node sends them, they are the same."""
+        from loader.cache import node_stats
+
+        self._cache_at = time.monotonic() + CACHE_EVERY_S
+        host = self._client.static.get("host", "")
+        for root in self._caches:
+            self._event(wire.CACHE, host=host, cache_dir=root, **node_stats(root))
 
     def _tell_mixture(self) -> None:
         """Rank 0 of a mixture: its per-dataset progress now (`mixture_progress`)."""
@@ -208,6 +223,13 @@ class TelemetryReporter(Reporter):
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._client.event(kind, **fields)
+
+
+def cache_roots(dataset: Any) -> list[str]:
+    """The node-cache folders a dataset (or each dataset of a mixture) reads through."""
+    parts = getattr(dataset, "datasets", None) or [dataset]
+    specs = (getattr(ds, "_source_args", {}).get("cache") for ds in parts)
+    return sorted({spec.root for spec in specs if spec is not None})
 
 
 def _is_mixture(loader: StreamingDataLoader) -> bool:

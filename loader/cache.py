@@ -1,0 +1,392 @@
+"""A node-local cache of a pinned Lance version's immutable data files.
+
+Every process of a node (ranks and their DataLoader workers) shares one folder. Lance names
+each data and deletion file it writes with a fresh random id and never rewrites it, so a
+file, once whole, is valid for every version that lists it. The cache only decides where
+bytes come from; the plan alone decides the order (design.md, "Round 5 contract").
+
+How Lance reads from it: a *mirror* folder per pinned version holds that version's manifest
+(`_versions/`) and links `data/` and `_deletions/` to the shared file store; the dataset is
+opened on the mirror, so the plan and the read code are unchanged. Before a read touches a
+fragment, its files are materialised (`ensure`). The manifest is fetched from the store when
+the mirror lacks it and is used only once the opened mirror's `version_id` equals the pinned
+one: a table rewritten under the same name and version number never reads a stale copy.
+
+Writers are safe together: one `fcntl` lock per file, so one process of the node downloads
+and the others wait on it; bytes go to a temporary name, are fsynced, and renamed; a
+checksum sidecar (`<file>.sum`: size and sha256) is written first, and a file is taken as
+whole only when its bytes match it (checked once per process, on first use). A `kill -9`
+mid-download leaves a temporary file, never a whole-looking one. A process reading a file
+holds a shared lock on it; eviction takes the exclusive lock without waiting, so it never
+removes a file another process is reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loader.storage import is_object_store, normalise_uri
+from loader.storage.locations import pyarrow_filesystem
+
+ENV_DIR = "ELASTIC_LOADER_CACHE_DIR"
+ENV_LIMIT = "ELASTIC_LOADER_CACHE_LIMIT"
+STATS_EVERY_S = 1.0  # how often a process writes its counts for the node's telemetry
+_STARTED = time.time()
+CHUNK = 8 << 20  # one streamed GET per file, read in 8 MiB pieces
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+class CacheFileError(OSError):
+    """A cached file that cannot be made whole (the store refused, the disk is full)."""
+
+
+def parse_limit(limit: int | str | None) -> int | None:
+    """Bytes from 200_000_000, '200GB', '1.5TiB' (None: no limit)."""
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool)):
+        if limit is not None and limit <= 0:
+            raise ValueError(f"cache_limit={limit!r}: expected bytes > 0 (e.g. '200GB')")
+        return limit
+    if isinstance(limit, str):
+        found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", limit)
+        if found and found.group(2).upper() in _UNITS and float(found.group(1)) > 0:
+            return int(float(found.group(1)) * _UNITS[found.group(2).upper()])
+    raise ValueError(
+        f"cache_limit={limit!r}: expected bytes > 0 as an int or a size such as '200GB', "
+        f"'500MiB' (units {', '.join(u for u in _UNITS if u)})"
+    )
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Where the node's cache lives and how large it may grow (travels to workers)."""
+
+    root: str
+    limit: int | None = None
+
+    @staticmethod
+    def of(cache_dir: str | os.PathLike[str] | None, limit: int | str | None) -> CacheSpec | None:
+        """From the arguments, else `ELASTIC_LOADER_CACHE_DIR` (None: no cache)."""
+        where = cache_dir if cache_dir is not None else os.environ.get(ENV_DIR) or None
+        if limit is None:
+            limit = os.environ.get(ENV_LIMIT) or None
+        if where is None:
+            if limit is not None and cache_dir is None and ENV_LIMIT not in os.environ:
+                raise ValueError("cache_limit needs cache_dir= (or ELASTIC_LOADER_CACHE_DIR)")
+            return None
+        if is_object_store(os.fspath(where)):
+            raise ValueError(f"cache_dir={where!r}: expected a local folder (e.g. /local/nvme/x)")
+        return CacheSpec(str(Path(where).expanduser().resolve()), parse_limit(limit))
+
+
+@dataclass
+class CacheCounts:
+    """This process's use of the cache (sent in telemetry, served in /metrics)."""
+
+    hits: int = 0
+    misses: int = 0
+    bytes_from_store: int = 0
+    bytes_from_cache: int = 0
+    evictions: int = 0
+    refetched: int = 0  # a cached file found damaged or missing, fetched again
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class NodeCache:
+    """One table's files in the node's cache folder, as seen by this process."""
+
+    spec: CacheSpec
+    uri: str
+    options: dict[str, str] | None
+    counts: CacheCounts = field(default_factory=CacheCounts)
+    _verified: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _written: float = 0.0
+
+    @property
+    def base(self) -> Path:
+        key = hashlib.sha256(normalise_uri(self.uri).encode()).hexdigest()[:20]
+        return Path(self.spec.root) / key
+
+    @property
+    def files(self) -> Path:
+        return self.base / "files"
+
+    # -- the mirror ---------------------------------------------------------------------
+
+    def mirror(self, version: int, version_id: str, opener: Any) -> Any:
+        """The dataset at `version`, opened on this node's mirror and checked against the pin.
+
+        `opener(url)` opens a Lance dataset at `version`. The manifest is fetched again when
+        the mirror lacks it or the opened mirror is not the pinned content."""
+        digest = hashlib.sha256(version_id.encode()).hexdigest()[:20]
+        where = self.base / f"v{version}-{digest}"
+        for sub in ("data", "_deletions"):
+            (self.files / sub).mkdir(parents=True, exist_ok=True)
+        (where / "_versions").mkdir(parents=True, exist_ok=True)
+        for sub in ("data", "_deletions"):
+            link = where / sub
+            if not link.is_symlink():
+                with contextlib.suppress(FileExistsError):
+                    link.symlink_to(self.files / sub, target_is_directory=True)
+        for attempt in range(2):
+            if attempt or not any((where / "_versions").iterdir()):
+                self._fetch_manifest(version, where / "_versions")
+            try:
+                dataset = opener(str(where))
+            except (ValueError, OSError, RuntimeError):
+                continue  # no or a damaged manifest: fetched again
+            from loader.sources.lance import version_id as identity_of
+
+            if identity_of(dataset) == version_id:
+                return dataset
+        raise CacheFileError(
+            f"the cache mirror {where} of {self.uri!r} at version {version} does not match the "
+            f"pinned version's identity {version_id} even after fetching its manifest again: "
+            f"the table was rewritten; resume from a fresh state"
+        )
+
+    def _fetch_manifest(self, version: int, folder: Path) -> None:
+        """Copy the store's manifests of `version` (either naming scheme) into the mirror."""
+        filesystem, root = pyarrow_filesystem(self.uri, self.options)
+        from pyarrow import fs
+
+        names = {f"{version}.manifest", f"{(2**64 - 1) - version:020d}.manifest"}
+        listed = filesystem.get_file_info(fs.FileSelector(f"{root}/_versions"))
+        for info in listed:
+            name = info.path.rsplit("/", 1)[-1]
+            if name in names:
+                self._download(filesystem, info.path, folder / name, count=False)
+
+    # -- files --------------------------------------------------------------------------
+
+    def ensure(self, relative: Iterable[str]) -> None:
+        """Make each file (e.g. 'data/x.lance') whole in the cache, fetching what is not."""
+        wanted = list(relative)
+        for rel in wanted:
+            self._ensure_one(rel)
+        self._evict(keep=set(wanted))
+        self.write_stats()
+
+    def write_stats(self, force: bool = False) -> None:
+        """This process's counts in `<root>/stats/<pid>.json`, for `node_stats` (lossy)."""
+        now = time.monotonic()
+        if not force and now - self._written < STATS_EVERY_S:
+            return
+        self._written = now
+        folder = Path(self.spec.root) / "stats"
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(self.counts.as_dict()).encode()
+            _write_atomic(folder / f"{os.getpid()}-{id(self)}.json", text)
+
+    def trim(self) -> None:
+        """Evict down to the limit; files other processes are reading stay."""
+        self._evict(keep=set())
+        self.write_stats()
+
+    def forget(self, relative: Iterable[str]) -> None:
+        """Check these files again on next use (a read found one missing or damaged)."""
+        with self._lock:
+            self._verified.difference_update(relative)
+
+    @contextlib.contextmanager
+    def reading(self, relative: Iterable[str]) -> Iterator[None]:
+        """Hold shared locks on the files a read uses: eviction passes over them."""
+        with contextlib.ExitStack() as stack:
+            for rel in sorted(set(relative)):
+                stack.enter_context(self._file_lock(rel, fcntl.LOCK_SH))
+            yield
+
+    def _ensure_one(self, rel: str) -> None:
+        target = self.files / rel
+        with self._lock:
+            if rel in self._verified and target.exists():
+                self.counts.hits += 1
+                self.counts.bytes_from_cache += target.stat().st_size
+                return
+        if self._whole(target):
+            with self._lock:
+                self._verified.add(rel)
+                self.counts.hits += 1
+                self.counts.bytes_from_cache += target.stat().st_size
+            _touch(target)
+            return
+        with self._file_lock(rel, fcntl.LOCK_EX):
+            if not self._whole(target):  # another process may have fetched it meanwhile
+                refetch = target.exists() or _sum_path(target).exists()
+                filesystem, root = pyarrow_filesystem(self.uri, self.options)
+                size = self._download(filesystem, f"{root}/{rel}", target, count=True)
+                with self._lock:
+                    self.counts.misses += 1
+                    self.counts.refetched += int(refetch)
+                    self.counts.bytes_from_store += size
+                self._written = 0.0  # a fetch is reported at once
+            else:  # waited on another process's download
+                with self._lock:
+                    self.counts.hits += 1
+                    self.counts.bytes_from_cache += target.stat().st_size
+            with self._lock:
+                self._verified.add(rel)
+
+    def _download(self, filesystem: Any, path: str, target: Path, count: bool) -> int:
+        """Stream one object to a temporary name, sum it, write the sidecar, rename."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        digest, size = hashlib.sha256(), 0
+        try:
+            with filesystem.open_input_stream(path) as source, open(tmp, "wb") as out:
+                while piece := source.read(CHUNK):
+                    digest.update(piece)
+                    out.write(piece)
+                    size += len(piece)
+                out.flush()
+                os.fsync(out.fileno())
+            if count:
+                _write_atomic(_sum_path(target), f"{size} {digest.hexdigest()}\n".encode())
+            os.replace(tmp, target)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            full = getattr(err, "errno", None) == errno.ENOSPC
+            why = "the cache disk is full: lower cache_limit or free space" if full else str(err)
+            raise CacheFileError(
+                f"caching {path!r} of {self.uri!r} in {target.parent} failed: {why}"
+            ) from None
+        return size
+
+    def _whole(self, target: Path) -> bool:
+        """The file's bytes match its sidecar (size and sha256)."""
+        try:
+            size, want = _sum_path(target).read_text().split()
+            if target.stat().st_size != int(size):
+                return False
+            return _sha256(target) == want
+        except (OSError, ValueError):
+            return False
+
+    # -- eviction -----------------------------------------------------------------------
+
+    def _evict(self, keep: set[str]) -> None:
+        """Remove files (least recently used first) until under the limit; skip any file
+        another process reads (its shared lock) and any this read needs."""
+        limit = self.spec.limit
+        if limit is None:
+            return
+        present = []
+        for sub in ("data", "_deletions"):
+            for path in (self.files / sub).glob("*"):
+                if path.name.startswith(".") or path.suffix in (".sum", ".lock"):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = path.stat()
+                    present.append((st.st_mtime_ns, f"{sub}/{path.name}", st.st_size))
+        total = sum(size for _, _, size in present)
+        for _, rel, size in sorted(present):
+            if total <= limit:
+                return
+            if rel in keep:
+                continue
+            with self._try_lock(rel) as got:
+                if not got:
+                    continue
+                target = self.files / rel
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()
+                    total -= size
+                    with self._lock:
+                        self.counts.evictions += 1
+                        self._verified.discard(rel)
+
+    # -- locks --------------------------------------------------------------------------
+
+    def _lock_path(self, rel: str) -> Path:
+        path = self.files / f"{rel}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextlib.contextmanager
+    def _file_lock(self, rel: str, how: int) -> Iterator[None]:
+        fd = os.open(self._lock_path(rel), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, how)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _try_lock(self, rel: str) -> Iterator[bool]:
+        fd = os.open(self._lock_path(rel), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+            else:
+                yield True
+        finally:
+            os.close(fd)
+
+
+def node_stats(root: str, since: float = _STARTED) -> dict[str, int]:
+    """The node's totals: every process's counts written since `since` (this one's start),
+    so ranks, their workers and the ones before them in this job add up."""
+    total = CacheCounts().as_dict()
+    for path in (Path(root) / "stats").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if path.stat().st_mtime < since:
+                continue
+            for key, value in json.loads(path.read_text()).items():
+                if key in total and isinstance(value, int):
+                    total[key] += value
+    return total
+
+
+def fragment_files(fragment: Any) -> list[str]:
+    """The cached files one fragment's read needs: its data files and deletion file."""
+    meta = fragment.metadata
+    files = [f"data/{f.path}" for f in meta.files]
+    if meta.deletion_file is not None:
+        files.append(f"_deletions/{meta.deletion_file.path(meta.id).rsplit('/', 1)[-1]}")
+    return files
+
+
+def _sum_path(target: Path) -> Path:
+    return target.with_name(f"{target.name}.sum")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(CHUNK):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def _touch(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
