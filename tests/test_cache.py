@@ -149,6 +149,7 @@ def test_node_totals_reach_the_collector_and_metrics(table: str, tmp_path: Path)
             reporter = TelemetryReporter(client, StreamingDataLoader(ds, batch_size=8))
             reporter.tell_caches()
             events = [client._progress(), *client._drain()[1:]]
+            client._number(events)  # as the sender thread does before a batch goes out
         finally:
             client.close(0.1)
     ours = [e for e in events if e["kind"] == "cache"]
