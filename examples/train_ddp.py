@@ -5,6 +5,8 @@ Run it under torchrun (one machine or many)::
     torchrun --standalone --nproc-per-node 4 examples/train_ddp.py --epochs 5
 
 or let it start its own ranks on this machine (``--nproc 4``), as ``main_job.py`` does.
+With the default ``--db`` it reads the synthetic HAR-shaped tables under ``data/``, which
+rank 0 makes on first use (``har_data.py``; a few seconds); another ``--db`` must hold them.
 
 Why the runs at W = 1, 2, 4 end with the same weights:
 
