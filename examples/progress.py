@@ -1,6 +1,6 @@
 """A one-line progress bar on stderr, for rank 0 of a training run.
 
-Plain text and the standard library only: the loader adds no dependency (no tqdm) for
+The bar is plain text and the standard library only: the loader adds no dependency (no tqdm) for
 something a carriage return does. On a terminal the line redraws at most five times a
 second; when stderr is a file or a pipe (CI logs) only the final line is written, so logs
 do not fill with redraws. ``train_ddp.py`` draws one for rank 0; run this file to see it:
