@@ -9,6 +9,11 @@ not wherever a timer happens to catch it. Each drill fires after a given global 
   every 0.2 s, until the launcher changes the job: a node that dies breaks the collective
   (the survivors' agent restarts them on fewer ranks), and a node that joins makes the
   agent stop and restart them on more. A job of another size passes K without waiting.
+
+They are flags of ``train_ddp.py`` (and of the jobs ``main_job.py`` starts); run this file
+for a list and an example:
+
+    python examples/drills.py
 """
 
 from __future__ import annotations
@@ -54,3 +59,19 @@ def hold_if_asked(holds: tuple[tuple[int, int], ...], step: int, device: torch.d
         dist.all_reduce(token)  # raises once a peer is gone
         time.sleep(0.2)
     raise SystemExit(f"held at step {step} for {HOLD_LIMIT_S:.0f} s and nothing changed the job")
+
+
+def main() -> None:
+    print(__doc__.split("\n\nThey are flags")[0])
+    print(
+        "\nE.g. rank 1 of 2 dies after step 5 of a job checkpointed every 3 steps, then it resumes:"
+    )
+    print("    python examples/train_ddp.py --nproc 2 --epochs 1 --checkpoint-dir /tmp/drill \\")
+    print("        --checkpoint-every 3 --crash-at-step 5 --crash-rank 1")
+    print(
+        "    python examples/train_ddp.py --nproc 2 --epochs 1 --checkpoint-dir /tmp/drill --resume"
+    )
+
+
+if __name__ == "__main__":
+    main()

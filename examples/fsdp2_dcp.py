@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from har_data import FEATURES, LABEL, ROW_ID, default_spec, ensure_synthetic, load_test_set
+from har_data import FEATURES, LABEL, ROW_ID, default_spec, load_test_set
 from local_launch import launch
 from row_ledger import RowLedger
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -43,6 +43,7 @@ from train_ddp import (
     TrainConfig,
     build_model,
     cpu_threads,
+    ensure_default_tables,
     make_loader,
     pick_device,
 )
@@ -97,6 +98,7 @@ def run_rank(rank: int, world_size: int, job: ShardedJob, store_path: str | None
     store = dist.FileStore(store_path, world_size) if store_path else None
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
+        ensure_default_tables(job.train, rank)
         _train(rank, world_size, job, device)
     finally:
         dist.destroy_process_group()
@@ -157,13 +159,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = TrainConfig(db=args.db, epochs=args.epochs, dtype=args.dtype, label="fsdp2",
-                      checkpoint_dir=args.checkpoint_dir, resume=args.resume, progress=False)  # fmt: skip
+                      checkpoint_dir=args.checkpoint_dir, resume=args.resume, progress=False,
+                      make_tables=args.db == default_spec(REPO).uri)  # fmt: skip
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun: one phase per command
         run_rank(
             int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), ShardedJob(cfg, args.stop_after)
         )
         return 0
-    ensure_synthetic(cfg.tables)
     shutil.rmtree(args.checkpoint_dir, ignore_errors=True)  # no shards left from another W
     launch(run_rank, ShardedJob(cfg, args.stop_after or 40), args.nproc)
     launch(run_rank, ShardedJob(replace(cfg, resume=True)), args.resume_nproc)

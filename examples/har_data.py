@@ -10,7 +10,10 @@ MLP has something to learn and the test accuracy tells runs apart when they diff
 The rows come from NumPy's ``default_rng(seed)``. NumPy does not promise that stream
 across versions, so another NumPy could give other rows; within one environment the
 table is the same every time, which is all the experiment needs (every run reads the
-same table, pinned at one version).
+same table, pinned at one version). The training examples make the tables under ``data/``
+when they are missing; for a table every node reads (``docs/multinode.md``):
+
+    python examples/har_data.py --db /shared/har.lancedb
 """
 
 from __future__ import annotations

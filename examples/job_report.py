@@ -1,12 +1,21 @@
 """The main job's closing summary: one table a reader can paste into an issue.
 
 Kept apart from the driver so the driver reads as the experiment and this file as its
-presentation; nothing here runs training or touches torch.
+presentation; nothing here runs training or touches torch. Run it to print the table
+again from a run's saved summary:
+
+    python examples/main_job.py --summary-json /tmp/main-job.json
+    python examples/job_report.py /tmp/main-job.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 COLUMN = 16
@@ -97,3 +106,25 @@ def print_summary(summary: dict[str, Any], base: Any, dashboard_url: str | None)
     print("Result: " + ("; ".join(problems) if problems else "every check passed"))
     if dashboard_url:
         print(f"Dashboard: {dashboard_url}")
+
+
+def saved_config(summary: dict[str, Any]) -> SimpleNamespace:
+    """The TrainConfig of parts 1 and 2, as each run's result saved it."""
+    runs = list(summary.get("same", {}).get("runs", {}).values())
+    if "crash" in summary:
+        runs.append(summary["crash"]["resumed"])
+    if not runs:
+        raise SystemExit("the summary holds no run of part 1 or 2 (--parts 3 alone?)")
+    return SimpleNamespace(**runs[0]["config"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("summary_json", type=Path, help="what main_job.py --summary-json wrote")
+    summary = json.loads(p.parse_args(argv).summary_json.read_text())
+    print_summary(summary, saved_config(summary), None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,6 +6,10 @@ launcher forks ranks from a forkserver that has imported torch once; the forkser
 outlives each job, and every later job of the same driver starts as fast. Ranks meet
 through a FileStore in a fresh temporary folder (no port to pick, none to collide) and
 Gloo talks over loopback only. On several machines, use torchrun (``docs/multinode.md``).
+``main_job.py``, ``train_ddp.py --nproc N`` and the other examples start ranks with it; run
+this file to see 2 ranks meet and all-reduce:
+
+    python examples/local_launch.py
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
 import torch.multiprocessing
 
 # torch's own modules only: DDP's first use imports torch._dynamo (~1 s per rank).
@@ -43,3 +49,25 @@ def launch(target: Callable[..., None], job: Any, world_size: int) -> None:
         torch.multiprocessing.start_processes(
             target, args=(world_size, job, store), nprocs=world_size, start_method="forkserver"
         )
+
+
+def demo_rank(rank: int, world_size: int, job: Any, store_path: str) -> None:
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store_path, world_size), rank=rank, world_size=world_size
+    )
+    try:
+        total = torch.tensor(rank)
+        dist.all_reduce(total)
+        if rank == 0:
+            print(f"{world_size} ranks met; all_reduce of their ranks: {int(total)}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    print(__doc__.split("\n\n")[0])
+    launch(demo_rank, None, 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,8 @@ Parts 1 and 2 run in float64 by default so the runs agree to ~1e-16 and the chec
 (≤ 1e-9) is sharp; ``--dtype float32`` shows float32 instead, where rounding in a
 different summation order grows over training (max |Δweight| ~7e-5 after 5 epochs here)
 while the test accuracy stays the same.
+
+    python examples/main_job.py    # or: make demo (which first makes the virtualenv)
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ same weights, to float64 rounding, as a run that never stopped, every row traine
 
 Runs on CPU with Gloo (checked with torch 2.13), and with NCCL unchanged on GPUs.
 Each run writes ``rows-*.jsonl`` (the rows each DP rank trained on, by step) and
-``weights.pt`` (the full weights at the end) to ``--out``.
+``weights.pt`` (the full weights at the end) to ``--out``, and prints its verdict: whether
+the tensor-parallel peers read the same rows, and whether each row was trained on once
+(across the crash, when the first run's logs are in the same ``--out``).
 """
 
 from __future__ import annotations
@@ -128,12 +130,43 @@ def train(rank: int, job: dict[str, Any]) -> None:
         torch.save({k: v.detach().clone() for k, v in full.items()}, out / "weights.pt")
 
 
+def logged_rows(out: Path, tag: str, upto: int | None = None) -> tuple[bool, list[int]]:
+    """Whether every DP rank's TP peers logged the same rows in run ``tag``, and the rows
+    the DP ranks trained on (up to step ``upto``)."""
+    same, rows = True, []
+    for log in sorted(out.glob(f"rows-*-tp0-{tag}.jsonl")):
+        peers = [log.with_name(log.name.replace("-tp0-", f"-tp{t}-")) for t in range(1, TP)]
+        same = same and all(p.read_bytes() == log.read_bytes() for p in peers)
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if upto is None or entry["step"] <= upto:
+                rows.extend(entry["ids"])
+    return same, rows
+
+
+def verdict(out: Path, resumed_from: int | None) -> bool:
+    """Print what the run shows; False when a check failed."""
+    same, rows = logged_rows(out, "first" if resumed_from is None else "resume")
+    print(f"tensor-parallel peers read the same rows: {'OK' if same else 'NO, they differ'}")
+    once = len(set(rows)) == len(rows)
+    if resumed_from is None:
+        once = once and sorted(rows) == list(range(ROWS))
+        print(f"every row trained on once: {'OK' if once else 'NO'} ({len(rows)} of {ROWS})")
+    elif not any(out.glob("rows-*-tp0-first.jsonl")):
+        print(f"{len(rows)} rows trained on since step {resumed_from}, {len(set(rows))} distinct")
+    else:  # the crashed run's logs are beside this one's: count across the crash
+        rows += logged_rows(out, "first", upto=resumed_from)[1]
+        once = sorted(rows) == list(range(ROWS))
+        print(f"every row trained on once across the crash: {'OK' if once else 'NO'}")
+    return same and once
+
+
 def make_table(uri: str) -> None:
     if not Path(uri).exists():
         lance.write_dataset(pa.table({"id": np.arange(ROWS, dtype=np.int64)}), uri)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dp", type=int, default=2, help="data-parallel size (TP is 2)")
     parser.add_argument("--out", default="/tmp/elastic-loader-mesh", help="logs and weights")
@@ -155,8 +188,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "crash_rank": opts.crash_rank,
     }
     make_table(job["table"])
+    for old in out.glob(f"rows-*-{'resume' if opts.resume else 'first'}.jsonl"):
+        old.unlink()  # an earlier run's logs of the same kind (the ranks append)
+    resumed_from = None
+    if opts.resume:
+        saved = complete_checkpoints(Path(job["checkpoints"]))
+        if not saved:
+            raise SystemExit(f"--resume: no complete checkpoint in {job['checkpoints']}")
+        resumed_from = int(saved[-1].name.split("-")[1])
     launch(rank_main, job, opts.dp * TP)
+    return 0 if verdict(out, resumed_from) else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -5,6 +5,8 @@ Run it under torchrun (one machine or many)::
     torchrun --standalone --nproc-per-node 4 examples/train_ddp.py --epochs 5
 
 or let it start its own ranks on this machine (``--nproc 4``), as ``main_job.py`` does.
+With the default ``--db`` it reads the synthetic HAR-shaped tables under ``data/``, which
+rank 0 makes on first use (``har_data.py``; a few seconds); another ``--db`` must hold them.
 
 Why the runs at W = 1, 2, 4 end with the same weights:
 
@@ -103,6 +105,7 @@ class TrainConfig:
     telemetry_url: str | None = None
     label: str = "train"
     progress: bool = True
+    make_tables: bool = False  # rank 0 writes the synthetic tables at ``db`` if missing
 
     @property
     def tables(self) -> TableSpec:
@@ -222,12 +225,24 @@ def run_rank(rank: int, world_size: int, cfg: TrainConfig, store_path: str | Non
     store = dist.FileStore(store_path, world_size) if store_path else None
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
+        ensure_default_tables(cfg, rank)
         result = _train(rank, world_size, cfg, device)
         if rank == 0 and cfg.out:
             result.update(backend=backend, threads=torch.get_num_threads())
             Path(cfg.out, "result.json").write_text(json.dumps(result, indent=1))
     finally:
         dist.destroy_process_group()
+
+
+def ensure_default_tables(cfg: TrainConfig, rank: int) -> None:
+    """With ``make_tables`` (the default ``data/`` of this script's command line), rank 0
+    makes the synthetic tables unless they are there (a fresh clone has none, and torchrun
+    starts the ranks with no driver to make them); the other ranks wait for it."""
+    if not cfg.make_tables:
+        return
+    if rank == 0:
+        ensure_synthetic(cfg.tables)
+    dist.barrier()
 
 
 def make_loader(cfg: TrainConfig, world_size: int) -> tuple[StreamingDataLoader, int]:
@@ -411,6 +426,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, int]:
     nproc = args.pop("nproc")
     args["storage_options"] = tuple(args["storage_options"])
     args["hold_at_step"] = tuple(args["hold_at_step"])
+    args["make_tables"] = args["db"] == spec.uri  # another --db is the user's, never written
     return TrainConfig(**args), nproc
 
 
@@ -419,8 +435,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
         run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), cfg)
         return 0
-    if cfg.db == default_spec(REPO).uri:
-        ensure_synthetic(cfg.tables)
     launch(run_rank, cfg, nproc)
     return 0
 

@@ -86,3 +86,24 @@ def test_quickstart_resumes_on_another_world_size(capsys: pytest.CaptureFixture[
     """The README's quickstart runs as printed (in this process: no extra torch import)."""
     runpy.run_path(str(REPO / "examples" / "quickstart.py"), run_name="__main__")
     assert "every row exactly once" in capsys.readouterr().out
+
+
+def test_job_report_prints_a_saved_runs_table(
+    summary: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`python examples/job_report.py FILE` prints the table again from --summary-json's file
+    (#33 item 18: it printed nothing). In this process: it imports no torch."""
+    saved = tmp_path / "main-job.json"
+    saved.write_text(json.dumps(summary))
+    monkeypatch.setattr(sys, "argv", ["job_report.py", str(saved)])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(REPO / "examples" / "job_report.py"), run_name="__main__")
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "Summary: 2 epochs, global batch 256, num_splits 8" in printed
+    assert "1. Same training, split across ranks" in printed
+    assert "2. Crash and resume elsewhere" in printed
+    assert printed.rstrip().endswith("Result: every check passed")

@@ -1,7 +1,8 @@
 """Issue 26.6: examples/mesh_tp.py, FSDP2 + TP on a (dp, tp=2) Gloo mesh. A (2, 2) run in
 which one process SIGKILLs itself after step 9 (checkpoints at 4 and 8), resumed on (1, 2),
 ends with the weights of a (3, 2) run that never stopped (float64, within 1e-9), and every
-row is trained on once; tensor-parallel peers log identical batches."""
+row is trained on once; tensor-parallel peers log identical batches, and each finished run
+prints that verdict."""
 
 from __future__ import annotations
 
@@ -63,3 +64,14 @@ def test_fsdp2_tp_crash_on_2x2_resume_on_1x2_matches_3x2(tmp_path: Path) -> None
     assert after.keys() == reference.keys()
     for name in after:
         assert torch.allclose(after[name], reference[name], rtol=0, atol=1e-9), name
+    # each finished run prints its verdict (#33 item 18), which the checks above confirm
+    peers = "tensor-parallel peers read the same rows: OK"
+    resumed_rows = len(trained(tmp_path / "resume"))
+    assert resumed.stdout.splitlines()[-2:] == [
+        peers,
+        f"{resumed_rows} rows trained on since step {SAVED_AT}, {resumed_rows} distinct",
+    ], resumed.stdout
+    assert whole.stdout.splitlines()[-2:] == [
+        peers,
+        f"every row trained on once: OK ({ROWS} of {ROWS})",
+    ]
