@@ -129,10 +129,11 @@ class NodeCache:
 
     # -- the mirror ---------------------------------------------------------------------
 
-    def mirror(self, version: int, version_id: str, opener: Any) -> Any:
+    def mirror(self, version: int, version_id: str, opener: Any, identity_of: Any) -> Any:
         """The dataset at `version`, opened on this node's mirror and checked against the pin.
 
-        `opener(url)` opens a Lance dataset at `version`. The manifest is fetched again when
+        `opener(url)` opens a Lance dataset at `version`; `identity_of(dataset)` is its version
+        identity (the source's own rule, passed in so the cache never imports the source). The manifest is fetched again when
         the mirror lacks it or the opened mirror is not the pinned content."""
         digest = hashlib.sha256(version_id.encode()).hexdigest()[:20]
         where = self.base / f"v{version}-{digest}"
@@ -151,8 +152,6 @@ class NodeCache:
                 dataset = opener(str(where))
             except (ValueError, OSError, RuntimeError):
                 continue  # no or a damaged manifest: fetched again
-            from loader.sources.lance import version_id as identity_of
-
             if identity_of(dataset) == version_id:
                 return dataset
         raise CacheFileError(

@@ -110,7 +110,9 @@ def test_one_downloader_per_file_among_concurrent_readers(table: str, tmp_path: 
         t.join()
     assert sum(c.counts.misses for c in caches) == len(files)
     assert sum(c.counts.hits for c in caches) == 3 * len(files)
-    assert version_id(caches[0].mirror(ds.version, version_id(ds), lance.dataset)) == version_id(ds)
+    assert version_id(
+        caches[0].mirror(ds.version, version_id(ds), lance.dataset, version_id)
+    ) == version_id(ds)
 
 
 def test_cache_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, table: str) -> None:

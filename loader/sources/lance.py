@@ -149,7 +149,9 @@ class LanceRows:
         self.cache: NodeCache | None = None
         if spec.cache is not None and spec.version is not None and spec.version_id:
             self.cache = NodeCache(spec.cache, spec.uri, spec.storage_options)
-            self._dataset = self.cache.mirror(spec.version, spec.version_id, self._open_mirror)
+            self._dataset = self.cache.mirror(
+                spec.version, spec.version_id, self._open_mirror, version_id
+            )
         else:
             self._dataset = open_lance(spec.uri, spec.version, spec.storage_options)
         self._columns = list(spec.columns) if spec.columns is not None else None
