@@ -33,7 +33,7 @@ test: $(STAMP) chromium lint
 		tests/test_mixture_plan.py::test_passes_kernel_matches_one_epoch_at_a_time \
 		tests/test_pack_fields.py::test_the_kernel_writes_the_twins_fields_it_is_asked_for \
 		-W "ignore:overflow encountered:RuntimeWarning"
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 # The inner loop: everything that runs in one process, no lint. CI runs `make test`.
 test-fast: $(STAMP)
