@@ -11,17 +11,8 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from dashboard.collector import status, views
-from dashboard.collector.deps import (
-    RUN_ERRORS,
-    TOKEN_ERRORS,
-    BandsDep,
-    HealthDep,
-    RunDep,
-    StoreDep,
-    TokenDep,
-)
-from dashboard.collector.models import (
+from dashboard.collector import status, timeline, views
+from dashboard.collector.answers import (
     AttemptsPublic,
     EventsPublic,
     PlacementPublic,
@@ -31,6 +22,15 @@ from dashboard.collector.models import (
     StatusPublic,
     ThroughputPublic,
     TimelinePublic,
+)
+from dashboard.collector.deps import (
+    RUN_ERRORS,
+    TOKEN_ERRORS,
+    BandsDep,
+    HealthDep,
+    RunDep,
+    StoreDep,
+    TokenDep,
 )
 from dashboard.collector.throughput import MAX_POINTS, throughput
 from loader.wire import KIND_PATTERN
@@ -104,4 +104,4 @@ def get_events(
 
 @router.get("/{run_id}/timeline", response_model=TimelinePublic, responses=RUN_ERRORS)
 def get_timeline(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
-    return _listing(views.timeline(store, run, health))
+    return _listing(timeline.timeline(store, run, health))
