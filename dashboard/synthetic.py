@@ -70,6 +70,13 @@ def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
     } | ({"global_batch_size": run.global_batch_size} if run.global_batch_size else {})
 
 
+def cache_event(run: SyntheticRun, rank: int, ts: float, **totals: Any) -> dict[str, Any]:
+    """A `cache` report of the node cache `totals["cache_dir"]` on `rank`'s host, as
+    `loader.telemetry.reporter.tell_caches` sends it (counters since the loader started)."""
+    static = _static(run, rank)
+    return {**static, "kind": wire.CACHE, "ts": ts, "data": {"host": static["host"], **totals}}
+
+
 def _position(run: SyntheticRun, rank: int, rows: float) -> dict[str, Any]:
     step = int(rows // _batch(run, rank))
     return {"epoch": 0, "step": step, "global_step": step}

@@ -314,3 +314,36 @@ class TimelineItemPublic(BaseModel):
 class TimelinePublic(BaseModel):
     data: list[TimelineItemPublic]
     count: int
+
+
+class NodeCachePublic(BaseModel):
+    """One node cache (host, folder), from its latest `cache` report: totals since its loader
+    started (None where the sender did not report the key); `hit_rate` of file reads,
+    `store_share` of bytes; `prefetch_lead` in steps (None without a prefetcher);
+    `received_ts` on the collector's clock, `stale` past `stale_after_s`; `warnings` in
+    plain words."""
+
+    host: str
+    cache_dir: str
+    hits: int | None
+    misses: int | None
+    bytes_from_store: int | None
+    bytes_from_cache: int | None
+    evictions: int | None
+    refetched: int | None
+    prefetched: int | None
+    prefetch_lead: float | None
+    hit_rate: float | None
+    store_share: float | None
+    received_ts: float
+    age_s: float
+    stale: bool
+    warnings: list[str]
+
+
+class CachesPublic(BaseModel):
+    """A run's node caches by host and folder; `nodes` is empty for a run without a cache."""
+
+    run_id: str
+    nodes: list[NodeCachePublic]
+    stale_after_s: float

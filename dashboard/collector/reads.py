@@ -257,3 +257,21 @@ class Reads:
         """Rollup buckets (`ROLLUP_S` s) in which any rank reported: the gaps are outages."""
         rows = self.query("SELECT DISTINCT bucket FROM rollup WHERE run_id = ?", run_id)
         return sorted(int(row[0]) for row in rows)
+
+    def latest_caches(self, run_id: str) -> list[dict[str, Any]]:
+        """Per node cache (host, folder): its latest `cache` report's data, with `recv`, when
+        the collector received it (any rank of a node may send them; the totals are the
+        node's). Retention keeps a run's latest `keep_live_reports`: this reads no more."""
+        rows = self.query(
+            "SELECT data, coalesce(recv_ts, ts) AS recv FROM events WHERE run_id = ? "
+            "AND kind = ? ORDER BY ts, id",
+            run_id,
+            CACHE,
+        )
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in rows:  # oldest first: the last one stays
+            data = orjson.loads(row["data"])
+            if isinstance(data, dict):
+                key = (str(data.get("host", "")), str(data.get("cache_dir", "")))
+                latest[key] = {**data, "recv": float(row["recv"])}
+        return [latest[key] for key in sorted(latest)]

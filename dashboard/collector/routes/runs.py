@@ -6,14 +6,16 @@ re-validating thousands of samples on every 1-second dashboard refresh.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from dashboard.collector import status, timeline, views
+from dashboard.collector import caches, status, timeline, views
 from dashboard.collector.answers import (
     AttemptsPublic,
+    CachesPublic,
     EventsPublic,
     PlacementPublic,
     ProgressPublic,
@@ -90,6 +92,13 @@ def get_throughput(
     points: Annotated[int, Query(ge=1, le=MAX_POINTS)] = 120,
 ) -> Response:
     return _json(throughput(store, run, window_s, points, health, bands))
+
+
+@router.get("/{run_id}/caches", response_model=CachesPublic, responses=RUN_ERRORS)
+def get_caches(run: RunDep, store: StoreDep) -> Response:
+    """The run's node caches (host, folder): hit rate, bytes from the store vs the cache,
+    evictions, files fetched again, the prefetcher's lead, and what is wrong in words."""
+    return _json(caches.caches(store, run, time.time()))
 
 
 @router.get("/{run_id}/events", response_model=EventsPublic, responses=RUN_ERRORS)
