@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboard.collector import caches
-from dashboard.synthetic import SyntheticRun, cache_event
+from dashboard.synthetic import SyntheticRun, cache_event, synthetic_events, with_caches
 from tests.collector_api import collector_client, post, post_runs, view
 
 MB = 1 << 20
@@ -89,3 +89,13 @@ def test_metrics_export_the_prefetchers_keys(client: TestClient) -> None:
     assert (lead, "cached", "node1") not in samples  # null: omitted, not 0
     assert f"# TYPE {lead} gauge" in text and f"# TYPE {prefetched} counter" in text
     assert samples[("elastic_loader_node_cache_refetched_total", "cached", "node1")] == 2
+
+
+def test_the_demo_runs_caches_are_warm_on_every_host(tmp_path: Path) -> None:
+    with collector_client(tmp_path / "d.db") as c:
+        run = SyntheticRun("demo", 16, 16, 10**5, 12, time.time() - 12)
+        assert post(c, with_caches(run, synthetic_events(run))).status_code == 202
+        nodes = view(c, "demo", "caches")["nodes"]
+    assert [n["host"] for n in nodes] == ["node0", "node1"]
+    assert all(n["hit_rate"] == pytest.approx(0.96) and not n["warnings"] for n in nodes)
+    assert {n["prefetch_lead"] for n in nodes} == {4.0}
