@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboard.collector import caches
+from dashboard.collector import answers, caches
 from dashboard.synthetic import SyntheticRun, cache_event, synthetic_events, with_caches
 from tests.collector_api import collector_client, post, post_runs, view
 
@@ -47,6 +49,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 def test_the_panel_data_is_each_node_caches_latest_report(client: TestClient) -> None:
     got = view(client, "cached", "caches")
+    answers.CachesPublic.model_validate(got)  # the published model
     assert [(n["host"], n["cache_dir"]) for n in got["nodes"]] == [
         ("node0", "/nvme/cache"),
         ("node1", "/nvme/cache"),
@@ -58,8 +61,9 @@ def test_the_panel_data_is_each_node_caches_latest_report(client: TestClient) ->
     assert damaged["hits"] == 300 and damaged["hit_rate"] == pytest.approx(0.6)
     assert damaged["store_share"] == pytest.approx(0.4) and damaged["prefetch_lead"] is None
     assert damaged["warnings"] == [
-        "node1 (/nvme/cache) fetched 40 % of its bytes from the store (a cold cache does in "
-        "its first epoch; after it, the cache is too small for the data: see cache_limit)",
+        "node1 (/nvme/cache) fetched 40 % of its bytes from the store (expected of a cold "
+        "cache in its first epoch; after it, the cache may be too small for the data: see "
+        "cache_limit)",
         "node1 (/nvme/cache): 2 cached files were damaged or missing and fetched again",
     ]
     assert not healthy["stale"] and healthy["age_s"] < caches.STALE_S
@@ -99,3 +103,30 @@ def test_the_demo_runs_caches_are_warm_on_every_host(tmp_path: Path) -> None:
     assert [n["host"] for n in nodes] == ["node0", "node1"]
     assert all(n["hit_rate"] == pytest.approx(0.96) and not n["warnings"] for n in nodes)
     assert {n["prefetch_lead"] for n in nodes} == {4.0}
+
+
+counts = st.one_of(st.none(), st.integers(0, 2**53), st.text(max_size=3), st.booleans())
+
+
+@given(
+    data=st.fixed_dictionaries({k: counts for k in caches.COUNTERS}),
+    lead=st.one_of(st.none(), st.integers(0, 10**6), st.floats(0, 1e6), st.text(max_size=3)),
+)
+def test_the_panel_never_claims_what_the_report_does_not_say(
+    data: dict[str, Any], lead: Any
+) -> None:
+    """Whatever a sender put in a report (values of any type): shares within [0, 1] or
+    None, a store warning iff a quarter or more of the bytes came from the store, a refetch
+    warning iff files were refetched, no counter that was not a whole number."""
+    row = caches.node(
+        {**data, "prefetch_lead": lead, "host": "h", "cache_dir": "d", "recv": 0.0}, 1.0
+    )
+    ints = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
+    assert {k: row[k] for k in caches.COUNTERS if row[k] is not None} == ints
+    for share in (row["hit_rate"], row["store_share"]):
+        assert share is None or 0 <= share <= 1
+    warned = " ".join(row["warnings"])
+    store_heavy = row["store_share"] is not None and row["store_share"] >= caches.STORE_SHARE_WARN
+    assert ("from the store" in warned) == store_heavy
+    assert ("fetched again" in warned) == bool(ints.get("refetched"))
+    assert (row["prefetch_lead"] is None) == (not isinstance(lead, int | float))

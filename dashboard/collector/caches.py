@@ -61,9 +61,9 @@ def warnings(row: dict[str, Any]) -> list[str]:
     share = row["store_share"]
     if share is not None and share >= STORE_SHARE_WARN:
         out.append(
-            f"{where} fetched {share * 100:.0f} % of its bytes from the store (a cold cache "
-            "does in its first epoch; after it, the cache is too small for the data: see "
-            "cache_limit)"
+            f"{where} fetched {share * 100:.0f} % of its bytes from the store (expected of a "
+            "cold cache in its first epoch; after it, the cache may be too small for the "
+            "data: see cache_limit)"
         )
     refetched = row["refetched"] or 0
     if refetched:
