@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from dashboard.launch import start_dashboard
 from dashboard.synthetic import SyntheticRun, post_events, synthetic_events
 from tests.test_collector_caches import cached_run
-from tests.test_dashboard_browser import chromium_page, page_url
+from tests.test_dashboard_browser import _shot, chromium_page, page_url
 
 pytestmark = pytest.mark.slow  # starts servers and a browser
 
@@ -61,6 +61,8 @@ def test_the_panel_names_the_damaged_node_and_reads_each_nodes_figures(
     cells = ["60.0%", "400.0 MiB", "600.0 MiB", "40%", "120", "2", "0", "—"]
     assert [c.strip() for c in damaged[1:9]] == cells
     assert "(stale)" not in healthy[9]
+    page.get_by_text("Node cache", exact=True).scroll_into_view_if_needed()
+    _shot(page, "dashboard-cache.png")
 
 
 def test_a_run_without_a_cache_says_so(ui_url: str, page: Page) -> None:
