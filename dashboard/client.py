@@ -77,6 +77,9 @@ class CollectorClient:
     def throughput(self, run_id: str, window_s: float = 300, points: int = 120) -> dict[str, Any]:
         return dict(self._run(run_id, "throughput", window_s=window_s, points=points))
 
+    def caches(self, run_id: str) -> dict[str, Any]:
+        return dict(self._run(run_id, "caches"))
+
     def timeline(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._run(run_id, "timeline")["data"])
 

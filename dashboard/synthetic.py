@@ -70,6 +70,36 @@ def _static(run: SyntheticRun, rank: int) -> dict[str, Any]:
     } | ({"global_batch_size": run.global_batch_size} if run.global_batch_size else {})
 
 
+def cache_event(run: SyntheticRun, rank: int, ts: float, **totals: Any) -> dict[str, Any]:
+    """A `cache` report of the node cache `totals["cache_dir"]` on `rank`'s host, as
+    `loader.telemetry.reporter.tell_caches` sends it (counters since the loader started)."""
+    static = _static(run, rank)
+    return {**static, "kind": wire.CACHE, "ts": ts, "data": {"host": static["host"], **totals}}
+
+
+def with_caches(
+    run: SyntheticRun, events: Iterable[dict[str, Any]], every_s: int = 5
+) -> Iterator[dict[str, Any]]:
+    """`events` with a warm node cache on each host: every `every_s` seconds its first rank
+    reports the node's totals (96 % hits, one file in 25 from the store), as a demo shows."""
+    said = run.start_ts
+    for ev in events:
+        yield ev
+        if ev["ts"] - said < every_s:
+            continue
+        said = ev["ts"]
+        t = int(ev["ts"] - run.start_ts)
+        for rank in range(0, run.world_size, 8):  # `_static`: 8 ranks a host
+            if rank == run.crashed_rank and t > run.crash_at:
+                continue
+            hits, misses = 24 * t, t
+            yield cache_event(
+                run, rank, ev["ts"], cache_dir="/local/nvme/cache", hits=hits, misses=misses,
+                bytes_from_store=misses * 64 << 20, bytes_from_cache=hits * 64 << 20,
+                evictions=0, refetched=0, prefetched=misses, prefetch_lead=4,
+            )  # fmt: skip
+
+
 def _position(run: SyntheticRun, rank: int, rows: float) -> dict[str, Any]:
     step = int(rows // _batch(run, rank))
     return {"epoch": 0, "step": step, "global_step": step}
@@ -211,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--follow", type=int, default=600, help="seconds it goes on reporting live (0: none)"
     )
+    parser.add_argument("--no-cache", action="store_true", help="no node cache reports")
     args = parser.parse_args(argv)
     if args.follow < 0:
         parser.error(f"--follow must be 0 or more seconds, got {args.follow}")
@@ -231,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"posting a {args.seconds} s history, then live for {args.follow} s", flush=True)
     try:
-        print(f"posted {post_live(args.url, synthetic_events(run)):,} events to {args.url}")
+        events = synthetic_events(run)
+        events = events if args.no_cache else with_caches(run, events)
+        print(f"posted {post_live(args.url, events):,} events to {args.url}")
     except KeyboardInterrupt:
         print("stopped")
     return 0

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 import loader
 from dashboard import charts
 from dashboard.client import CollectorClient
-from dashboard.collector import models
+from dashboard.collector import answers, models
 from dashboard.collector.config import Settings
 from dashboard.collector.deps import get_settings
 from dashboard.collector.main import create_app
@@ -130,13 +130,13 @@ def test_responses_match_the_published_models(client: TestClient) -> None:
     _ingest_resumed_run(client)
     views: dict[str, type[BaseModel]] = {
         "/health": models.HealthPublic,
-        "/api/runs": models.RunsPublic,
-        "/api/runs/job": models.RunPublic,
-        "/api/runs/job/placement": models.PlacementPublic,
-        "/api/runs/job/progress": models.ProgressPublic,
-        "/api/runs/job/throughput": models.ThroughputPublic,
-        "/api/runs/job/events": models.EventsPublic,
-        "/api/runs/job/timeline": models.TimelinePublic,
+        "/api/runs": answers.RunsPublic,
+        "/api/runs/job": answers.RunPublic,
+        "/api/runs/job/placement": answers.PlacementPublic,
+        "/api/runs/job/progress": answers.ProgressPublic,
+        "/api/runs/job/throughput": answers.ThroughputPublic,
+        "/api/runs/job/events": answers.EventsPublic,
+        "/api/runs/job/timeline": answers.TimelinePublic,
     }
     for path, model in views.items():
         response = client.get(path)

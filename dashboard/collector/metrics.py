@@ -9,7 +9,8 @@ seconds since its last report and since its step last moved; per data-parallel r
 (packed: blocks) and tokens per second and the share of time its loop waited for data over
 the last 30 s, global step; per dataset of a mixture: its weight, rows supplied and passes
 completed (its latest report); per node cache (host and folder): hits, misses, bytes from the
-store and from the cache, evictions, files fetched again (its latest `cache` event).
+store and from the cache, evictions, files fetched again, files prefetched and the
+prefetcher's lead in steps (omitted when the report has none) (its latest `cache` event).
 
 At scale: a run whose last report was received longer ago than `METRICS_KEEP_S` (15 min; a finished,
 stopped or long-dead run) leaves /metrics (its views stay in the API), so a collector
@@ -27,11 +28,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dashboard.collector import caches
 from dashboard.collector.fleet import live_processes, live_totals
 from dashboard.collector.status import Health, by_rank, run_status
 from dashboard.collector.store import Store
 from dashboard.collector.throughput import STRAGGLER_WINDOW_S
-from loader.wire import CACHE, text_list
+from loader.wire import text_list
 
 RUN_STATES = ("starting", "running", "stalled", "crashed", "restarted", "finished", "stopped")
 METRICS_KEEP_S = 900.0  # a run leaves /metrics this long after its last report
@@ -73,9 +75,11 @@ FAMILIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
         ("bytes_from_cache", "Bytes of data files a node read from its cache"),
         ("evictions", "Files a node's cache evicted to stay under cache_limit"),
         ("refetched", "Cached files found damaged or missing and fetched again"),
+        ("prefetched", "Data files the plan-driven prefetcher fetched ahead of the readers"),
     )),
+    ("cache_lead", "gauge", "node_cache_prefetch_lead_steps",
+     "Steps the prefetcher is ahead of the readers (omitted without a prefetcher)", NODE),
 )  # fmt: skip
-CACHE_KEYS = ("hits", "misses", "bytes_from_store", "bytes_from_cache", "evictions", "refetched")
 _NAMES = {
     key: PREFIX + name + ("_total" if kind == "counter" else "")
     for key, kind, name, _, _ in FAMILIES
@@ -175,16 +179,15 @@ def _run(store: Store, run: dict[str, Any], live: _Live, now: float, out: _Lines
 
 def _cache(store: Store, run_id: str, label: str, out: _Lines) -> None:
     """Per node cache (host, folder), its latest totals (any rank of the node sends them)."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for event in store.events(run_id, CACHE, 1000):  # oldest first: the last one stays
-        data = event["data"]
-        if isinstance(data, dict):
-            latest[(str(data.get("host", "")), str(data.get("cache_dir", "")))] = data
-    for (host, folder), data in sorted(latest.items()):
-        for key in CACHE_KEYS:
+    for data in store.latest_caches(run_id):
+        node = (label, escape(str(data.get("host", ""))), escape(str(data.get("cache_dir", ""))))
+        for key in caches.COUNTERS:
             value = data.get(key)
-            if isinstance(value, int):
-                out.add(f"cache_{key}", (label, escape(host), escape(folder)), value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                out.add(f"cache_{key}", node, value)
+        ahead = caches.lead(data)
+        if ahead is not None:
+            out.add("cache_lead", node, ahead)
 
 
 def _mixture(store: Store, run_id: str, label: str, out: _Lines) -> None:

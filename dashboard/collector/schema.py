@@ -1,6 +1,6 @@
 """The collector's database: its tables, the columns added since, and how it is opened.
 
-Kept apart from `store.py` (which reads and writes events) so the schema is read in one
+Kept apart from `store.py` and `reads.py` (which write and read events) so the schema is read in one
 place; SQL still lives in the collector's store package and nowhere else.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
+ROLLUP_S = 10  # seconds per `rollup` bucket
 TABLES = (
     "runs", "ranks", "samples", "rollup", "events", "processes", "senders", "attempts",
 )  # fmt: skip

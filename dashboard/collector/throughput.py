@@ -1,6 +1,6 @@
 """The throughput view: rows/s across ranks as a band, stragglers, the input-bound verdict.
 
-Kept apart from `views.py` (placement, progress, timeline): it is the one view with a
+Kept apart from `views.py` (placement, progress) and `timeline.py`: it is the one view with a
 cache. Band points of buckets that ended `SETTLED_S` before a run's last report are final;
 a `SettledBands` computes them once per (run, bucket size) and serves them from memory. The
 collector app owns one (`app.state.bands`), so the cache lives and dies with its app and
@@ -17,7 +17,7 @@ import numpy as np
 
 from dashboard.collector.status import DEFAULT_HEALTH, Health, ranks_text, run_status
 from dashboard.collector.store import ROLLUP_S, Store
-from dashboard.collector.views import resume_crashes
+from dashboard.collector.timeline import resume_crashes
 from dashboard.placement import RankRate, stragglers
 
 MAX_POINTS = 2000

@@ -6,23 +6,16 @@ re-validating thousands of samples on every 1-second dashboard refresh.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from dashboard.collector import status, views
-from dashboard.collector.deps import (
-    RUN_ERRORS,
-    TOKEN_ERRORS,
-    BandsDep,
-    HealthDep,
-    RunDep,
-    StoreDep,
-    TokenDep,
-)
-from dashboard.collector.models import (
+from dashboard.collector import caches, status, timeline, views
+from dashboard.collector.answers import (
     AttemptsPublic,
+    CachesPublic,
     EventsPublic,
     PlacementPublic,
     ProgressPublic,
@@ -31,6 +24,15 @@ from dashboard.collector.models import (
     StatusPublic,
     ThroughputPublic,
     TimelinePublic,
+)
+from dashboard.collector.deps import (
+    RUN_ERRORS,
+    TOKEN_ERRORS,
+    BandsDep,
+    HealthDep,
+    RunDep,
+    StoreDep,
+    TokenDep,
 )
 from dashboard.collector.throughput import MAX_POINTS, throughput
 from loader.wire import KIND_PATTERN
@@ -92,6 +94,13 @@ def get_throughput(
     return _json(throughput(store, run, window_s, points, health, bands))
 
 
+@router.get("/{run_id}/caches", response_model=CachesPublic, responses=RUN_ERRORS)
+def get_caches(run: RunDep, store: StoreDep) -> Response:
+    """The run's node caches (host, folder): hit rate, bytes from the store vs the cache,
+    evictions, files fetched again, the prefetcher's lead, and what is wrong in words."""
+    return _json(caches.caches(store, run, time.time()))
+
+
 @router.get("/{run_id}/events", response_model=EventsPublic, responses=RUN_ERRORS)
 def get_events(
     run: RunDep,
@@ -104,4 +113,4 @@ def get_events(
 
 @router.get("/{run_id}/timeline", response_model=TimelinePublic, responses=RUN_ERRORS)
 def get_timeline(run: RunDep, store: StoreDep, health: HealthDep) -> Response:
-    return _listing(views.timeline(store, run, health))
+    return _listing(timeline.timeline(store, run, health))
