@@ -228,7 +228,7 @@ class TelemetryReporter(Reporter):
 def cache_roots(dataset: Any) -> list[str]:
     """The node-cache folders a dataset (or each dataset of a mixture) reads through."""
     parts = getattr(dataset, "datasets", None) or [dataset]
-    specs = (getattr(ds, "_source_args", {}).get("cache") for ds in parts)
+    specs = (getattr(ds, "cache_spec", None) for ds in parts)
     return sorted({spec.root for spec in specs if spec is not None})
 
 
