@@ -49,7 +49,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from loader.telemetry.events import POSITION_KEYS, STATIC_KEYS, event_value, position_fields
+from loader.telemetry.events import (
+    POSITION_KEYS,
+    STATIC_KEYS,
+    event_value,
+    position_fields,
+    progress_fields,
+)
 from loader.telemetry.exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
 from loader.telemetry.settings import (
     ENV_RUN_ID,
@@ -311,10 +317,10 @@ class TelemetryClient:
             self._position = self._final_position()
         elif snapshot is not None:
             try:
-                self._position = position_fields(snapshot(), self.static.get("num_splits"))
+                self._position = progress_fields(snapshot(), self.static.get("num_splits"))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
-        ev.update(self._position)  # a collected loader's last position, not none
+        ev.update(self._position)  # a collected loader's last position, not none (and skips)
         return ev
 
     def _final_position(self) -> dict[str, Any]:
@@ -326,7 +332,7 @@ class TelemetryClient:
             final = None
         if final is None:
             return self._position
-        return position_fields(final, self.static.get("num_splits"))
+        return progress_fields(final, self.static.get("num_splits"))
 
     def _drain(self) -> list[dict[str, Any]]:
         events = [self._progress()]

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from loader.wire import MAX_TEXT
+from loader.wire import BALANCE_SKIPPED, MAX_TEXT
 
 STATIC_KEYS = (
     "host",
@@ -79,4 +79,14 @@ def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict
             out["cursors"] = [int(c) for c in cursors[lo:hi]]
     if out.get("cursors") is not None:
         out["cursors"] = [int(c) for c in out["cursors"]]
+    return out
+
+
+def progress_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
+    """What a `progress` event says of the loader: its position and, in `data`, the units
+    skipped for balance this epoch when there are any (`wire.BALANCE_SKIPPED`)."""
+    out = position_fields(snapshot, num_splits)
+    skipped = snapshot.get(BALANCE_SKIPPED)
+    if skipped:
+        out["data"] = {BALANCE_SKIPPED: int(skipped)}
     return out

@@ -267,6 +267,8 @@ def position_at(ds: Any, batching: Any) -> dict[str, Any]:
         "cursors": list(own),
         "global_batch_size": g,
         "batch_size": hi - lo,
+        # the units no rank reads this epoch on this W (the state's `skipped`)
+        wire.BALANCE_SKIPPED: progress.peek(batching).skipped,
         **ds.units.progress_facts(read, progress.epoch),
     }
 
