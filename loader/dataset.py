@@ -2,37 +2,36 @@
 
 Keeps the keyword names of `lancedb.streaming.StreamingDataset`, so switching is one
 import. It owns the plan, the pinned source and one `Progress` (the position: epoch,
-cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly yields rows.
+cursors, step); `StreamingDataLoader` batches it. Iterating the dataset directly yields rows
+(`dataset_rows.py`). Its arguments are checked, and meet a source and a plan, in
+`dataset_request.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loader import args
 from loader import state as st
 from loader.cache import CacheSpec
+from loader.dataset_request import DatasetRequest, plan_on, saved_seed, spec_fields
+from loader.dataset_rows import blocks_of, rows_of
 from loader.layout import owned_splits
 from loader.mesh import place
-from loader.packing import PackedTokens, pack_spec, packed_clump
-from loader.plan import PlanSpec, ShuffleRequest
+from loader.packing import PackedTokens
+from loader.plan import PlanSpec
 from loader.progress import ROWS, Batching, Progress
-from loader.read.reader import ON_ERROR, OnError
-from loader.sources import ResolvedSource, identity_for, resolve_source
+from loader.read.reader import OnError
+from loader.sources import ResolvedSource, identity_for
 from loader.state import PlanIdentity
 from loader.trainers.resharding import refuse_resharding
-from loader.units import BlockUnits, UnitRequest, Units
-from loader.world import Agreement, Fields, OnWorld, World, digest
-
-ROW_READ_SIZE = 1024  # rows per read when iterating the dataset row by row
-CLUMP_FROM_N = 0  # a packed dataset's clump when none is given: `packed_clump(N)`
+from loader.units import BlockUnits, Units
+from loader.world import Agreement, Fields, OnWorld, World
 
 
 class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
@@ -123,40 +122,31 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         # Who later calls made alike (a loader's batch sizes, set_weights) are checked with:
         # the processes that build this dataset, and only they.
         self.peers: Agreement | None = placement.agreement
-        self._num_splits = self._splits_or_default(num_splits)
-        columns = args.columns(columns)
-        self._source_args = {
-            "columns": columns,
-            "filter": filter,
-            "storage_options": storage_options,
-            "cache": CacheSpec.of(cache_dir, cache_limit),
-        }
+        self._asked = DatasetRequest.check(
+            self.world,
+            columns=columns,
+            filter=filter,
+            num_splits=num_splits,
+            shuffle=shuffle,
+            shuffle_seed=shuffle_seed,
+            shuffle_clump_size=shuffle_clump_size,
+            epoch=epoch,
+            transform=transform,
+            on_error=on_error,
+            allow_source_change=allow_source_change,
+            storage_options=storage_options,
+            pack_sequences=pack_sequences,
+            eos_id=eos_id,
+            pad_id=pad_id,
+            blocks_per_epoch=blocks_per_epoch,
+            pack_fields=pack_fields,
+            pack_dtype=pack_dtype,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+        )
         self._raw_source = source
-        self.allow_source_change = args.boolean("allow_source_change", allow_source_change)
-        self._unit_request = UnitRequest(
-            pack_spec(
-                pack_sequences,
-                eos_id,
-                pad_id,
-                blocks_per_epoch,
-                columns,
-                self._num_splits,
-                pack_fields,
-                pack_dtype,
-            ),
-            args.callable_or_none("transform", transform),
-            args.one_of("on_error", on_error, ON_ERROR),
-        )
-        if self._unit_request.pack is not None and transform is not None:
-            raise ValueError("transform (per row) cannot be combined with pack_sequences")
-        self._seed_picked = shuffle_seed is None
-        self._request = ShuffleRequest(
-            args.boolean("shuffle", shuffle),
-            shuffle_seed or 0,  # the agreed seed replaces it below
-            args.optional_integer("shuffle_clump_size", shuffle_clump_size, 1)
-            or (CLUMP_FROM_N if self._unit_request.pack is not None else 1),
-        )
-        start_epoch = args.integer("epoch", epoch, 0)
+        self.allow_source_change = self._asked.allow_source_change
+        self._request = self._asked.shuffle  # the plan's, once adopted (seed, packed clump)
         resolved, plan = self._resolve(version)
         # A fresh start: every process reads the version (and seed) the first one sees, so a
         # write landing while processes start cannot hand two of them two different tables.
@@ -174,42 +164,26 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         self._state_loaded = False
         self._mixture: tuple[Any, int] | None = None  # (MixedDataset, index) it belongs to
         self.progress = Progress(
-            self.world, self._num_splits, plan.rows_per_split, start_epoch, self.units_per_split
+            self.world,
+            self._asked.num_splits,
+            plan.rows_per_split,
+            self._asked.start_epoch,
+            self.units_per_split,
         )
 
     def _spec_fields(
         self, resolved: ResolvedSource, version: int | None, seed: int | None
     ) -> Fields:
         """Which dataset this is, as named digests the processes that build it compare."""
-        spec, request = resolved.spec, self._request
-        return (
-            ("source", digest((spec.kind, spec.uri, spec.table, version))),
-            ("columns", digest(self._source_args["columns"])),
-            ("filter", digest(resolved.filter)),
-            ("num_splits", digest(self._num_splits)),
-            ("shuffle", digest((request.shuffle, request.clump_size))),
-            ("shuffle_seed", digest(seed)),
-            ("units", digest(sorted(self._unit_request.identity().items()))),
-        )
-
-    def _splits_or_default(self, num_splits: int | None) -> int:
-        splits = args.optional_integer("num_splits", num_splits, 1)
-        if splits is not None:
-            return splits
-        warnings.warn(
-            f"num_splits not set: using world_size={self.world.world_size}. A resume on another "
-            f"number of GPUs needs the same num_splits; set it explicitly (e.g. num_splits=48)",
-            stacklevel=3,
-        )
-        return self.world.world_size
+        return spec_fields(self._asked, self._request, resolved, version, seed)
 
     @property
     def transform(self) -> Callable[[dict[str, Any]], Any] | None:
-        return self._unit_request.transform
+        return self._asked.units.transform
 
     @property
     def on_error(self) -> OnError:
-        return self._unit_request.on_error
+        return self._asked.units.on_error
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies (plain DataLoader workers under spawn) read through the picklable reader;
@@ -226,24 +200,16 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         self, version: int | None, seed: int | None = None
     ) -> tuple[ResolvedSource, PlanSpec]:
         """The source at `version` and the plan on its filtered row count (changes nothing)."""
-        if self._raw_source is None:
-            raise RuntimeError(
-                "this StreamingDataset is a pickled copy (e.g. inside a DataLoader worker) and "
-                "cannot reopen its source; load states into the original in the main process"
-            )
-        resolved = resolve_source(self._raw_source, version=version, **self._source_args)
+        resolved = self._asked.source.resolve(self._raw_source, version)
         return resolved, self._plan_on(resolved, seed)
 
     def _plan_on(self, resolved: ResolvedSource, seed: int | None = None) -> PlanSpec:
-        request = self._request if seed is None else self._request.with_seed(seed)
-        if request.clump_size == CLUMP_FROM_N:  # packed, none given: fixed by the first N
-            request = dataclasses.replace(request, clump_size=packed_clump(resolved.num_rows))
-        return PlanSpec.of(resolved.num_rows, self._num_splits, request)
+        return plan_on(resolved, self._request, self._asked.num_splits, seed)
 
     def _adopt(self, resolved: ResolvedSource, plan: PlanSpec, lengths: Any = None) -> None:
         self.plan = plan
         self._request = plan.request
-        self.units: Units = self._unit_request.bind(resolved, plan, lengths)
+        self.units: Units = self._asked.units.bind(resolved, plan, lengths)
 
     @property
     def reader(self) -> Any:
@@ -274,6 +240,11 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
     def units_per_split(self, epoch: int) -> int:
         """What a split's cursor counts up to: L rows, or the epoch's blocks when packing."""
         return self.units.per_split(epoch)
+
+    @property
+    def cache_spec(self) -> CacheSpec | None:
+        """The node cache the source is read through (None: none)."""
+        return self._asked.source.cache
 
     @property
     def source(self) -> ResolvedSource:
@@ -343,7 +314,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
 
     def _identity(self, plan: PlanSpec, source: ResolvedSource, drop_last: bool) -> PlanIdentity:
         kept = source.filter if isinstance(source.filter, str | None) else str(source.filter)
-        return plan.identity(kept, drop_last, self._unit_request.identity())
+        return plan.identity(kept, drop_last, self._asked.units.identity())
 
     # -- position and state -------------------------------------------------------------
 
@@ -398,7 +369,7 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
                 "MixedDataset, or its part state['sources'][k] into dataset k"
             )
         st.check_state(state)
-        seed = self._saved_seed(state) if self._seed_picked else self.plan.shuffle_seed
+        seed = saved_seed(state) if self._asked.seed_picked else self.plan.shuffle_seed
         resolved, plan = self.source, self.plan
         saved_version = state[st.KEY_SOURCE].get("version")
         if saved_version is not None and saved_version != resolved.spec.version:
@@ -422,13 +393,6 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
             {**state, st.KEY_CURSORS: self.units.from_state(state)}, self.units_per_split(epoch)
         )
 
-    def _saved_seed(self, state: dict[str, Any]) -> int:
-        seed = state[st.KEY_PLAN].get(st.PLAN_SHUFFLE_SEED)
-        try:
-            return args.integer("plan.shuffle_seed", seed, 0, args.SEED_LIMIT)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"loader state: {err}") from None
-
     # -- rows ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -441,39 +405,11 @@ class StreamingDataset(OnWorld, IterableDataset[dict[str, Any]]):
         return self.progress.peek(self.row_batching()).rows
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's remaining rows of the epoch; the position follows the rows yielded.
-
-        Inside DataLoader workers each worker takes every w-th read of the stream, so the
-        union is every row once (use StreamingDataLoader for an order independent of w).
-        """
+        """This rank's remaining rows of the epoch; the position follows the rows yielded
+        (`loader/dataset_rows.py`; inside DataLoader workers each takes every w-th read)."""
         refuse_resharding(self.rank, self.world_size)
-        info = get_worker_info()
-        if isinstance(self.units, BlockUnits):
-            yield from self._iter_blocks(info)
-            return
-        by_row = self.row_batching()
-        stream = self.progress.start(by_row) if info is None else self.progress.peek(by_row)
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-
-        def recorded() -> None:  # a row reached the caller (or was skipped by on_error)
-            self.progress.record(stream)
-
-        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
-            task = stream.task(first, ROW_READ_SIZE)  # a batch is a row: one read of 1024
-            table, restore = self.reader.read(self.reader.positions(task))
-            rows = table.take(pa.array(restore)).to_pylist()
-            yield from self.reader.transformed(rows, on_each=None if info else recorded)
-
-    def _iter_blocks(self, info: Any) -> Iterator[dict[str, Any]]:
-        """Packed blocks one by one (each a dict of (seq_len,) tensors and its cu_seqlens)."""
-        rows = self.row_batching()
-        stream = self.progress.start(rows) if info is None else self.progress.peek(rows)
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for first in range(worker * ROW_READ_SIZE, stream.num_batches, workers * ROW_READ_SIZE):
-            for batch in self.reader[stream.task(first, ROW_READ_SIZE)]:
-                if info is None:
-                    self.progress.record(stream)
-                yield {k: v if k == "cu_seqlens" else v[0] for k, v in batch.items()}
+        read = blocks_of if isinstance(self.units, BlockUnits) else rows_of
+        yield from read(self.progress, self.reader, self.row_batching(), get_worker_info())
 
     def __repr__(self) -> str:
         spec = self.source.spec

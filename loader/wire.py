@@ -22,6 +22,10 @@ KIND_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
 # The kinds the loader sends. `progress` is the ~1 s heartbeat with the interval's counters;
 # the others are discrete events kept whole.
 PROGRESS = "progress"
+# A progress event's `data` key: units (rows; blocks when packed) of the rank's epoch that no
+# rank reads on this world size, so every rank gets the same count (the state's `skipped`).
+# Sent only when nonzero, in `data` so that a collector older than it accepts the event.
+BALANCE_SKIPPED = "skipped"
 CHECKPOINT_SAVED = "checkpoint_saved"
 CHECKPOINT_LOADED = "checkpoint_loaded"
 EPOCH_END = "epoch_end"

@@ -57,23 +57,19 @@ def _append_while_starting(rank: int, db: str, table: Any) -> Any:
     return fresh
 
 
-def report_picked_seed(rank: int, world: int, port: int, out: str) -> None:
-    """Build a dataset with shuffle_seed=None and record the seed this rank uses."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        ds = StreamingDataset(make_rows(0, 64), num_splits=4, shuffle_seed=None)
-        first = next(iter(StreamingDataLoader(ds, batch_size=8)))["id"].tolist()
-        record = {"seed": ds.shuffle_seed, "first": first}
-        Path(out, f"rank{rank}.json").write_bytes(orjson.dumps(record))
-    finally:
-        dist.destroy_process_group()
+def picked_seed() -> dict[str, Any]:
+    """Build a dataset of an Arrow table (no version to agree on) with shuffle_seed=None:
+    the seed this rank uses and its first batch."""
+    ds = StreamingDataset(make_rows(0, 64), num_splits=4, shuffle_seed=None)
+    first = next(iter(StreamingDataLoader(ds, batch_size=8)))["id"].tolist()
+    return {"seed": ds.shuffle_seed, "first": first}
 
 
 def build_on_one_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     """Rank 0 alone builds an eval dataset (rank=0, world_size=1), then both ranks build one
-    dataset while rank 1 sees a newer version; then rank 0 alone builds a dataset of the
-    whole group (a mistake): a clear error after the agreement timeout, never a hang."""
+    dataset while rank 1 sees a newer version, and one of an Arrow table with a picked seed
+    (`picked_seed`); then rank 0 alone builds a dataset of the whole group (a mistake): a
+    clear error after the agreement timeout, never a hang."""
     from tests.net import wait_until
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -87,6 +83,7 @@ def build_on_one_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> 
         table = _append_while_starting(rank, job["db"], table)
         ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=None)
         record.update(rows=ds.num_rows, version=ds.source.spec.version, seed=ds.shuffle_seed)
+        record["picked"] = picked_seed()  # one job for both tests: a spawn costs 10-25 s
         done = Path(job["out"], "rank0-done")
         if rank == 0:
             os.environ["ELASTIC_LOADER_AGREE_TIMEOUT_S"] = "3"

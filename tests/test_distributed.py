@@ -20,7 +20,6 @@ from tests.dist_job import (
     GLOBAL_BATCH,
     NUM_SPLITS,
     build_on_one_rank,
-    report_picked_seed,
     run_rank,
 )
 from tests.net import free_port
@@ -89,16 +88,6 @@ def test_save_on_4_resume_on_2_then_1(tmp_path: Path) -> None:
     assert third[0]["state"]["epoch"] == 1 and set(third[0]["state"]["cursors"]) == {0}
 
 
-def test_a_picked_seed_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
-    """shuffle_seed=None: each rank would pick its own seed; they must share rank 0's."""
-    mp.start_processes(
-        report_picked_seed, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
-    )
-    ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
-    assert ranks[0]["seed"] == ranks[1]["seed"]
-    assert not set(ranks[0]["first"]) & set(ranks[1]["first"]), "one plan, disjoint splits"
-
-
 def join_or_fail(
     ranks: Callable[..., None], args: tuple[Any, ...], nprocs: int, limit_s: float
 ) -> None:
@@ -112,16 +101,32 @@ def join_or_fail(
             pytest.fail(f"the {nprocs} ranks still ran after {limit_s:g} s: they hang")
 
 
-def test_a_dataset_one_rank_builds_alone_does_not_hang_the_job(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """One 2-rank job (`build_on_one_rank`) whose records both tests below read."""
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    db = tmp / "db"
+    lancedb_table(db)
+    job = {"db": str(db), "out": str(tmp)}
+    join_or_fail(build_on_one_rank, (2, free_port(), job), nprocs=2, limit_s=240)
+    return [orjson.loads((tmp / f"rank{r}.json").read_bytes()) for r in range(2)]
+
+
+def test_a_picked_seed_is_rank_0s_on_every_rank(two_ranks: list[dict[str, Any]]) -> None:
+    """shuffle_seed=None: each rank would pick its own seed; they must share rank 0's."""
+    ranks = [r["picked"] for r in two_ranks]
+    assert ranks[0]["seed"] == ranks[1]["seed"]
+    assert not set(ranks[0]["first"]) & set(ranks[1]["first"]), "one plan, disjoint splits"
+
+
+def test_a_dataset_one_rank_builds_alone_does_not_hang_the_job(
+    two_ranks: list[dict[str, Any]],
+) -> None:
     """Issue 19.4: an eval dataset built on rank 0 only (rank=0, world_size=1) deadlocked a
     2-rank job (the version broadcast, and the picked seed's, was a collective on the whole
     group). Now it agrees with nobody; a dataset of the whole group still agrees on rank 0's
     version and seed; one that a rank builds alone by mistake fails in time, saying what to pass."""
-    db = tmp_path / "db"
-    lancedb_table(db)
-    job = {"db": str(db), "out": str(tmp_path)}
-    join_or_fail(build_on_one_rank, (2, free_port(), job), nprocs=2, limit_s=240)
-    ranks = [orjson.loads((tmp_path / f"rank{r}.json").read_bytes()) for r in range(2)]
+    ranks = two_ranks
     assert ranks[0]["alone"] == [600, 6]
     assert ranks[0]["rows"] == ranks[1]["rows"] == 600, "rank 0's version, not rank 1's newer one"
     assert ranks[0]["version"] == ranks[1]["version"]

@@ -225,6 +225,7 @@ class ProgressPublic(BaseModel):
     tokens_done: int | None
     tokens_total: int | None
     tokens_per_s: float | None
+    skipped: int = 0  # units (`unit`) of the epoch no rank reads on this W, for balance
 
 
 class BandPointPublic(BaseModel):

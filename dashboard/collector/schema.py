@@ -89,6 +89,9 @@ ADDED_COLUMNS = (
     ("processes", "step_recv", "REAL"),
     ("processes", "seq", "INTEGER"),
     ("events", "recv_ts", "REAL"),
+    # units of the rank's epoch no rank reads on its W (balance; `wire.BALANCE_SKIPPED` in
+    # a progress event's data): NULL when none, or from clients older than it
+    ("ranks", "skipped", "INTEGER"),
 )
 # made after ADDED_COLUMNS (an older database gets `recv_ts` first): a process's latest
 # `closed` by receipt without reading the run's other events

@@ -53,6 +53,7 @@ from dashboard.collector.writes import (
     UPSERT_ROLLUP,
     UPSERT_RUN,
     UPSERT_SENDER,
+    balance_skipped,
     run_row,
 )
 from loader.wire import (
@@ -177,9 +178,8 @@ class Store(Reads):
                  e.interval_s or None, e.epoch, e.step, e.global_step, e.ts, e.heartbeat_s, offset,
                  recv, recv, e.seq)
             )  # fmt: skip
-            ranks.append(
-                (*where, *position, e.interval_s or None, *packed, e.ts, e.global_batch_size)
-            )
+            last = (e.ts, e.global_batch_size, balance_skipped(e))
+            ranks.append((*where, *position, e.interval_s or None, *packed, *last))
             if is_replica(e):
                 continue  # its rows are the rows its data-parallel rank's first process counted
             tokens = e.rows * e.seq_len if e.seq_len is not None else None  # rows are blocks

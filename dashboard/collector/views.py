@@ -219,8 +219,15 @@ def progress(store: Store, run: dict[str, Any], health: Health = DEFAULT_HEALTH)
         "global_step": max((b["global_step"] or 0 for b in bars), default=None),
         "job": job_progress(run, bars, rate, finished, rows_total, global_batch(ranks)),
         "ranks": bars,
+        "skipped": _balance_skipped(ranks),
         **_tokens(run, bars, rows_total, rate),
     }
+
+
+def _balance_skipped(ranks: list[dict[str, Any]]) -> int:
+    """Units of the latest epoch no rank reads on this W (every rank there reports the same)."""
+    latest = max((r["epoch"] for r in ranks if r["epoch"] is not None), default=None)
+    return max((r["skipped"] or 0 for r in ranks if r["epoch"] == latest), default=0)
 
 
 def _mixture_progress(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard.collector.models import EventIn
+from loader.wire import BALANCE_SKIPPED
 
 UPSERT_RUN = """
 INSERT INTO runs (run_id, first_ts, last_ts, num_splits, rows_per_split, batch_size,
@@ -39,8 +40,8 @@ WHERE run_id = ? AND world_size != ? AND world_since < ?
 UPSERT_RANK = """
 INSERT INTO ranks (run_id, world_size, rank, ts, host, local_rank, num_workers, epoch, step,
   lo, hi, cursors, rows_per_s, global_step, interval_s, tokens, blocks_per_split, step_ts,
-  global_batch_size)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  global_batch_size, skipped)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   step_ts = CASE WHEN excluded.global_step IS ranks.global_step AND excluded.step IS ranks.step
     AND excluded.epoch IS ranks.epoch THEN coalesce(ranks.step_ts, ranks.ts) ELSE excluded.ts END,
@@ -52,7 +53,8 @@ ON CONFLICT (run_id, world_size, rank) DO UPDATE SET
   rows_per_s = excluded.rows_per_s, global_step = excluded.global_step,
   interval_s = excluded.interval_s, tokens = excluded.tokens,
   blocks_per_split = excluded.blocks_per_split,
-  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size)
+  global_batch_size = coalesce(excluded.global_batch_size, global_batch_size),
+  skipped = excluded.skipped
 """
 # One row per process, what the status rules read: `recv_ts` when the collector received
 # its last report and `step_recv` its last step move (liveness is judged on these, the
@@ -131,3 +133,10 @@ def run_row(e: EventIn) -> dict[str, Any]:
         "world_size": e.world_size, "events": 0, "total_epochs": None, "total_steps": None,
         "seq_len": None, "resumed_ts": None, "last_recv": None,
     }  # fmt: skip
+
+
+def balance_skipped(e: EventIn) -> int | None:
+    """A progress event's units skipped for balance this epoch (None: none, or an older
+    client); anything but a positive integer under `wire.BALANCE_SKIPPED` is ignored."""
+    value = e.data.get(BALANCE_SKIPPED)
+    return value if type(value) is int and value > 0 else None

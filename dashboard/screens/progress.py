@@ -75,6 +75,8 @@ def bars_html(progress: dict[str, Any], per_rank: bool) -> str:
     unit = progress.get("unit", "rows")
     head = f"epoch read {progress['epoch_pct']:.1f}% · {progress['rows_done']:,} of "
     head += f"{owned:,} {unit} the reporting ranks own{_tokens_text(progress)}{step_text}"
+    if progress.get("skipped"):  # rows no rank reads this epoch, so each reads as many
+        head += f" · {progress['skipped']:,} {unit} skipped for balance"
     parts = [_bar(head, progress["epoch_pct"], "#1565c0", strong=True)]
     job = progress["job"]
     if job["pct"] is not None:

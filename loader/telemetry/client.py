@@ -28,7 +28,8 @@ type, when it ends on an uncaught one; see `telemetry_exit.py`), so the dashboar
 finished rank from a crashed one. That batch is retried within the exit budget.
 
 The token goes only to the URL given: redirects are never followed (the collector never
-sends one), so a redirect cannot carry the token to another origin.
+sends one), so a redirect cannot carry the token to another origin. What an event carries
+is `events.py`; how a batch is POSTed, and the back-off, is `transport.py`.
 """
 
 from __future__ import annotations
@@ -42,17 +43,19 @@ import queue
 import socket
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
+from loader.telemetry.events import (
+    POSITION_KEYS,
+    STATIC_KEYS,
+    event_value,
+    position_fields,
+    progress_fields,
+)
 from loader.telemetry.exit import _LIVE, EXIT_BUDGET_S, install_exit_hooks
 from loader.telemetry.settings import (
     ENV_RUN_ID,
@@ -64,12 +67,12 @@ from loader.telemetry.settings import (
     job_identity,
     job_length,
 )
+from loader.telemetry.transport import TelemetryWarning, Transport
 from loader.wire import (
     CLOSE_REASON_CLOSE,
     CLOSE_REASON_ERROR,
     CLOSED,
     INGEST_PATH,
-    MAX_TEXT,
     PROGRESS,
 )
 
@@ -77,118 +80,20 @@ __all__ = [
     "ENV_RUN_ID",
     "ENV_TOKEN",
     "ENV_URL",
+    "POSITION_KEYS",
+    "STATIC_KEYS",
     "TelemetryClient",
     "TelemetryWarning",
     "check_url",
+    "event_value",
     "job_length",
+    "position_fields",
 ]
-
-STATIC_KEYS = (
-    "host",
-    "rank",
-    "local_rank",
-    "world_size",
-    "num_workers",
-    "num_splits",
-    "rows_per_split",
-    "batch_size",
-    "global_batch_size",
-    "total_epochs",
-    "total_steps",
-    "seq_len",
-    "heartbeat_s",
-    "global_rank",
-    "mesh",
-)
-# Fields of `event(kind, **fields)` that describe the position and go to the top level.
-# Packed data only: `tokens` (handed out this epoch by the rank) and `blocks_per_split` (what
-# a cursor counts up to this epoch: blocks, not the L documents of `rows_per_split`).
-POSITION_KEYS = (  # G and the batch size too: a batch_schedule changes them, and the splits
-    "epoch", "step", "global_step", "splits", "cursors", "tokens", "blocks_per_split",
-    "global_batch_size", "batch_size",
-)  # fmt: skip
 
 Snapshot = Callable[[], Mapping[str, Any]]
 logger = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_S = 1.0  # a POST's default timeout; `close()` waits at most twice this
-
-
-class TelemetryWarning(RuntimeWarning):
-    """Issued once per client when events start being dropped; filter it to silence it."""
-
-
-def event_value(value: Any) -> Any:
-    """A JSON scalar, list of ints or list of texts, whatever the loader passed (numpy ints, Paths, ...)."""
-    if isinstance(value, str):
-        return _fits(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, os.PathLike):
-        return _fits(os.fspath(value))
-    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
-    if callable(tolist):
-        value = tolist()
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-    if isinstance(value, (list, tuple, range)) and all(isinstance(v, int) for v in value):
-        return [int(v) for v in value]
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)  # a mixture's names and weights
-    return str(value)
-
-
-def _fits(text: str) -> str:
-    """A text the collector accepts: at most `wire.MAX_TEXT` characters (a path longer than
-    that keeps its end, the part that names the file)."""
-    return text if len(text) <= MAX_TEXT else "…" + text[-(MAX_TEXT - 1) :]
-
-
-def _reason(exc: BaseException) -> str:
-    """What went wrong, with the collector's own explanation of a 4xx when it gave one."""
-    if not isinstance(exc, urllib.error.HTTPError) or exc.fp is None:
-        return str(exc)
-    try:
-        detail = orjson.loads(exc.read(16384)).get("detail")
-    except Exception:  # not our collector's JSON: the status line says enough
-        return str(exc)
-    if isinstance(detail, list):  # a 422: each refused field, where and why
-        detail = "; ".join(_refusal(d) for d in detail[:3] if isinstance(d, dict))
-    return f"{exc}: {detail}" if isinstance(detail, str) and detail else str(exc)
-
-
-def _refusal(error: dict[str, Any]) -> str:
-    """'events.0.data.names: ...' from one of FastAPI's validation errors."""
-    where = ".".join(str(p) for p in error.get("loc") or [] if p != "body")
-    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse every redirect: following one would re-send the bearer token elsewhere."""
-
-    def redirect_request(
-        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> None:
-        raise urllib.error.HTTPError(
-            req.full_url, code, f"redirect to {newurl} not followed", headers, fp
-        )
-
-
-def position_fields(snapshot: Mapping[str, Any], num_splits: int | None) -> dict[str, Any]:
-    """Epoch, step, owned splits and *their* cursors, whatever length the loader gave."""
-    out: dict[str, Any] = {k: snapshot[k] for k in POSITION_KEYS if snapshot.get(k) is not None}
-    for key in ("epoch", "step", "global_step"):
-        if key in out:
-            out[key] = int(out[key])
-    splits, cursors = out.get("splits"), out.get("cursors")
-    if splits is not None:
-        lo, hi = int(splits[0]), int(splits[1])
-        out["splits"] = [lo, hi]
-        if cursors is not None and len(cursors) == num_splits and hi - lo != num_splits:
-            out["cursors"] = [int(c) for c in cursors[lo:hi]]
-    if out.get("cursors") is not None:
-        out["cursors"] = [int(c) for c in out["cursors"]]
-    return out
 
 
 class TelemetryClient:
@@ -222,11 +127,7 @@ class TelemetryClient:
         self.timeout_s = HTTP_TIMEOUT_S if timeout_s is None else timeout_s
         self.sent = 0
         self.dropped = 0
-        # No proxies: a cluster-local collector reached through $http_proxy would be a surprise.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
-        self._headers = {"Content-Type": "application/json"}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        self._transport = Transport(self.endpoint, token, interval_s)
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=max_queue)
         # Running totals written only by the training thread; the sender reads them and
         # keeps the last read, so no lock is needed (a read torn between the three fields
@@ -239,9 +140,6 @@ class TelemetryClient:
         self._snapshot: Callable[[], Snapshot | None] | None = None
         self._where: Snapshot | None = None  # the position once the loader is gone
         self._closed_ts: float | None = None  # when the loader closed, not when that was sent
-        self._warned = False
-        self._retry_at = 0.0
-        self._backoff_s = interval_s
         self._close_reason = CLOSE_REASON_CLOSE
         self._close_error: str | None = None
         self._close_extra: dict[str, Any] = {}  # a signal's name, a planned restart
@@ -253,7 +151,6 @@ class TelemetryClient:
         self.incarnation = uuid.uuid4().hex
         self._seq = 0
         self._owner = threading.current_thread()  # its uncaught exception ends this client
-        self._transient = True  # the last failure may pass on a retry
         self._stop = threading.Event()
         self._wake = threading.Event()  # a discrete event goes out now, not at the next tick
         self._thread = threading.Thread(target=self._run, name="elastic-telemetry", daemon=True)
@@ -420,10 +317,10 @@ class TelemetryClient:
             self._position = self._final_position()
         elif snapshot is not None:
             try:
-                self._position = position_fields(snapshot(), self.static.get("num_splits"))
+                self._position = progress_fields(snapshot(), self.static.get("num_splits"))
             except Exception:  # a snapshot racing the loader must not kill the thread
                 logger.debug("telemetry snapshot failed", exc_info=True)
-        ev.update(self._position)  # a collected loader's last position, not none
+        ev.update(self._position)  # a collected loader's last position, not none (and skips)
         return ev
 
     def _final_position(self) -> dict[str, Any]:
@@ -435,7 +332,7 @@ class TelemetryClient:
             final = None
         if final is None:
             return self._position
-        return position_fields(final, self.static.get("num_splits"))
+        return progress_fields(final, self.static.get("num_splits"))
 
     def _drain(self) -> list[dict[str, Any]]:
         events = [self._progress()]
@@ -484,7 +381,7 @@ class TelemetryClient:
             left = self._final_by - time.monotonic()
             if self._send(batch, final=True, timeout_s=max(0.05, min(self.timeout_s, left))):
                 return
-            if self._final_by - time.monotonic() <= pause or not self._transient:
+            if self._final_by - time.monotonic() <= pause or not self._transport.transient:
                 self.dropped += len(batch)  # counted once, when the last try fails
                 return
             time.sleep(pause)
@@ -493,39 +390,20 @@ class TelemetryClient:
     def _send(
         self, events: list[dict[str, Any]], final: bool = False, timeout_s: float | None = None
     ) -> bool:
-        if not final and time.monotonic() < self._retry_at:
+        """POST `events` (numbered first); a regular send is skipped, its events dropped,
+        while the transport backs off. A failed final send's events are counted by its caller."""
+        if not final and self._transport.backing_off():
             self.dropped += len(events)
             return False
         self._number(events)
         if events and events[0]["kind"] == PROGRESS:
             events[0]["sent_ts"] = time.time()  # the collector reads this rank's clock from it
         try:
-            body = orjson.dumps({"events": events})
-            request = urllib.request.Request(self.endpoint, body, self._headers, method="POST")
-            timeout = self.timeout_s if timeout_s is None else timeout_s
-            with self._opener.open(request, timeout=timeout) as response:
-                response.read()
+            self._transport.post(events, self.timeout_s if timeout_s is None else timeout_s)
         except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
-            self._failed(0 if final else len(events), exc)
+            self.dropped += 0 if final else len(events)
+            self._transport.failed(exc)
             return False
         self.sent += len(events)
-        self._backoff_s = self.interval_s
-        self._retry_at = 0.0
+        self._transport.succeeded()
         return True
-
-    def _failed(self, n: int, exc: BaseException) -> None:
-        """Drop, warn the first time only, back off (to 30 s) so a dead collector costs nothing."""
-        self.dropped += n
-        # a refusal (4xx but 429) would be refused again: only the rest is worth a retry
-        code = exc.code if isinstance(exc, urllib.error.HTTPError) else None
-        self._transient = code is None or code == 429 or code >= 500
-        self._retry_at = time.monotonic() + self._backoff_s
-        self._backoff_s = min(2 * self._backoff_s, 30.0)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"elastic-loader telemetry: cannot reach {self.endpoint} ({_reason(exc)}); "
-                "dropping events until it answers (retried up to 30 s apart), training continues",
-                TelemetryWarning,
-                stacklevel=2,
-            )

@@ -228,7 +228,7 @@ class TelemetryReporter(Reporter):
 def cache_roots(dataset: Any) -> list[str]:
     """The node-cache folders a dataset (or each dataset of a mixture) reads through."""
     parts = getattr(dataset, "datasets", None) or [dataset]
-    specs = (getattr(ds, "_source_args", {}).get("cache") for ds in parts)
+    specs = (getattr(ds, "cache_spec", None) for ds in parts)
     return sorted({spec.root for spec in specs if spec is not None})
 
 
@@ -267,6 +267,8 @@ def position_at(ds: Any, batching: Any) -> dict[str, Any]:
         "cursors": list(own),
         "global_batch_size": g,
         "batch_size": hi - lo,
+        # the units no rank reads this epoch on this W (the state's `skipped`)
+        wire.BALANCE_SKIPPED: progress.peek(batching).skipped,
         **ds.units.progress_facts(read, progress.epoch),
     }
 
