@@ -1,6 +1,6 @@
 """Issue #35 item 7 in one process: ours (no workers) ÷ lance.torch's ShardedBatchSampler on
 the same local Lance table, alternating, ratios within a repetition; and an A/B of ours' read
-paths (`--ab`: the reader's `range_reads` switch flipped between alternating epochs).
+paths (`--ab`: the reader's `direct_reads` switch flipped between alternating epochs).
 
     PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/rows35.py --uri /tmp/rows35/rows.lance \\
         --rows 1000000 --reps 5 [--workers 0] [--ab]
@@ -41,18 +41,21 @@ def build(uri: str, rows: int) -> None:
     lance.write_dataset(reader, uri, mode="overwrite")
 
 
-def ours(uri: str, workers: int, range_reads: bool | None) -> Iterable[Any]:
+def ours(
+    uri: str, workers: int, direct_reads: bool | None, in_flight: int | None = None
+) -> Iterable[Any]:
     from loader import StreamingDataLoader, StreamingDataset
 
     ds = StreamingDataset(
         uri, columns=COLUMNS, num_splits=48, shuffle_seed=SEED, shuffle_clump_size=1024
     )
-    if range_reads is not None:
-        ds.reader.range_reads = range_reads
-    return StreamingDataLoader(ds, batch_size=1024, num_workers=workers)
+    if direct_reads is not None:
+        ds.reader.direct_reads = direct_reads
+    kw = {} if in_flight is None else {"reads_in_flight": in_flight}
+    return StreamingDataLoader(ds, batch_size=1024, num_workers=workers, **kw)
 
 
-def lance_torch(uri: str, workers: int, _: bool | None) -> Iterable[Any]:
+def lance_torch(uri: str, workers: int, *_: Any) -> Iterable[Any]:
     import torch
     from lance.sampler import ShardedBatchSampler
     from lance.torch.data import LanceDataset
@@ -90,23 +93,31 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--max-rows", type=int, default=1 << 30)
-    ap.add_argument("--ab", action="store_true", help="ours with range reads on ÷ off")
+    ap.add_argument("--ab", action="store_true", help="ours with direct reads on ÷ off")
+    ap.add_argument("--in-flight", type=int, nargs="*", default=[], help="--ab: more arms")
     args = ap.parse_args()
     build(args.uri, args.rows)
     if args.ab:
-        cases = {"ours_ranges": (ours, True), "ours_take": (ours, False)}
-        pairs = [("ours_ranges", "ours_take")]
+        cases = {"ours_direct": (ours, (True, None)), "ours_take": (ours, (False, None))}
+        for n in args.in_flight:  # the same switch with other reads in flight
+            cases[f"direct_f{n}"] = (ours, (True, n))
+            cases[f"take_f{n}"] = (ours, (False, n))
+        pairs = [(a, "ours_take") for a in cases if a != "ours_take"]
     else:
-        cases = {"ours": (ours, None), "lance_torch": (lance_torch, None)}
+        cases = {"ours": (ours, (None, None)), "lance_torch": (lance_torch, (None, None))}
         pairs = [("ours", "lance_torch")]
-    for name, (fn, switch) in cases.items():  # warm-up: page cache, Numba, imports
-        rate(lambda fn=fn, switch=switch: fn(args.uri, args.workers, switch), 50_000)
+
+    def make(name: str) -> Callable[[], Iterable[Any]]:
+        fn, switch = cases[name]
+        return lambda: fn(args.uri, args.workers, *switch)
+
+    for name in cases:  # warm-up: page cache, Numba, imports
+        rate(make(name), 50_000)
     rates: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(args.reps):
         order = random.Random(rep).sample(list(cases), len(cases))
         for name in order:
-            fn, switch = cases[name]
-            r = rate(lambda: fn(args.uri, args.workers, switch), args.max_rows)
+            r = rate(make(name), args.max_rows)
             rates[name].append(r)
             print(f"  rep {rep} {name:12s} w={args.workers} {r:>12,.0f} rows/s", flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f}; w={args.workers}; {args.reps} reps")
