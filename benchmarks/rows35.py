@@ -68,18 +68,20 @@ def lance_torch(uri: str, workers: int, *_: Any) -> Iterable[Any]:
     return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
 
 
-def rate(make: Callable[[], Iterable[Any]], max_rows: int) -> float:
-    """Rows/s from the first batch on, for `max_rows` rows or the epoch."""
+def rate(make: Callable[[], Iterable[Any]], max_rows: int) -> tuple[float, float]:
+    """Rows per second of wall time and per CPU-second of this process (all its threads,
+    Lance's too) from the first batch on, for `max_rows` rows or the epoch. The CPU figure
+    is the steadier one on a shared machine: other processes' load stretches wall time."""
     it = iter(make())
     next(it)
-    start, rows = time.perf_counter(), 0
+    start, cpu, rows = time.perf_counter(), time.process_time(), 0
     for batch in it:
         rows += len(batch["id"])
         if rows >= max_rows:
             break
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     del it
-    return rows / seconds
+    return rows / seconds, rows / max(cpu, 1e-9)
 
 
 def spread(values: list[float]) -> str:
@@ -111,20 +113,28 @@ def main() -> None:
         fn, switch = cases[name]
         return lambda: fn(args.uri, args.workers, *switch)
 
-    for name in cases:  # warm-up: page cache, Numba, imports
+    for name in cases:  # warm-up: page cache, Numba, imports (workers: CPU is the main's only)
         rate(make(name), 50_000)
     rates: dict[str, list[float]] = {name: [] for name in cases}
+    per_cpu: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(args.reps):
         order = random.Random(rep).sample(list(cases), len(cases))
         for name in order:
-            r = rate(make(name), args.max_rows)
+            r, c = rate(make(name), args.max_rows)
             rates[name].append(r)
-            print(f"  rep {rep} {name:12s} w={args.workers} {r:>12,.0f} rows/s", flush=True)
+            per_cpu[name].append(c)
+            line = (
+                f"  rep {rep} {name:12s} w={args.workers} {r:>12,.0f} rows/s {c:>12,.0f} rows/cpu-s"
+            )
+            print(line, flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f}; w={args.workers}; {args.reps} reps")
+    print("| reader | rows/s (median) | rows per CPU-second (median) |\n|---|---|---|")
     for name, values in rates.items():
-        print(f"| {name} | {np.median(values):,.0f} rows/s (median) |")
+        print(f"| {name} | {np.median(values):,.0f} | {np.median(per_cpu[name]):,.0f} |")
+    print("| ratio (median, range of the per-repetition ratios) | wall | CPU |\n|---|---|---|")
     for a, b in pairs:
-        print(f"| {a} ÷ {b} | {spread(list(np.divide(rates[a], rates[b])))} |")
+        wall = spread(list(np.divide(rates[a], rates[b])))
+        print(f"| {a} ÷ {b} | {wall} | {spread(list(np.divide(per_cpu[a], per_cpu[b])))} |")
 
 
 if __name__ == "__main__":

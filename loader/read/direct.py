@@ -18,6 +18,7 @@ None). Batches are the same either way (tests/test_direct.py checks them against
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re
@@ -164,16 +165,20 @@ _MAPS: dict[tuple[str, int, int, int], NDArray[np.uint8]] = {}  # this process's
 _MAPS_LOCK = threading.Lock()
 
 
+def _key(path: str) -> tuple[str, int, int, int]:
+    """A data file's identity: its path, inode, size and time (a path reused is another)."""
+    info = os.stat(path)
+    return path, info.st_ino, info.st_size, info.st_mtime_ns
+
+
 def _map(path: str) -> NDArray[np.uint8]:
     """The file mapped read-only, once per process (a fresh mapping faults in every page
-    again: ~0.2 s an epoch of a 0.5 GB table). Lance never rewrites a data file, and the key
-    holds the inode, size and time in case a path is reused."""
-    info = os.stat(path)
-    key = (path, info.st_ino, info.st_size, info.st_mtime_ns)
+    again: ~0.2 s an epoch of a 0.5 GB table). Lance never rewrites a data file."""
+    key = _key(path)
     with _MAPS_LOCK:
         if key not in _MAPS:
             with open(path, "rb") as handle:
-                size = info.st_size
+                size = key[2]
                 mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) if size else b""
             _MAPS[key] = np.frombuffer(mapped, dtype=np.uint8)
         return _MAPS[key]
@@ -219,7 +224,7 @@ def open_direct(
     row_bytes = sum(kinds[k][0].itemsize * int(np.prod(kinds[k][1])) for k in small_names)
     if not direct or row_bytes * rows[-1] > SMALL_BYTES:
         return None
-    small = _decode_small(paths, small_names) if small_names else {}
+    small = _decode_small(tuple(_key(p) for p in paths), tuple(small_names)) if small_names else {}
     if small is None:
         return None
     files = [
@@ -229,11 +234,16 @@ def open_direct(
     return DirectColumns(names, kinds, np.array(rows, np.int64), files, small)
 
 
-def _decode_small(paths: list[str], names: list[str]) -> dict[str, NDArray[Any]] | None:
-    """The non-direct columns of every file, decoded by Lance once; None if one has nulls."""
+@functools.lru_cache(maxsize=2)  # a loader made again (each epoch, say) decodes nothing
+def _decode_small(
+    files: tuple[tuple[str, int, int, int], ...], names: tuple[str, ...]
+) -> dict[str, NDArray[Any]] | None:
+    """The non-direct columns of every file (keyed as `_key`), decoded by Lance once; None
+    if one has nulls."""
     from lance.file import LanceFileReader
 
-    tables = [LanceFileReader(path, columns=names).read_all().to_table() for path in paths]
+    columns = list(names)
+    tables = [LanceFileReader(key[0], columns=columns).read_all().to_table() for key in files]
     table = pa.concat_tables(tables)
     out = {}
     for name in names:
