@@ -14,6 +14,7 @@ from pathlib import Path
 import lance
 import numpy as np
 import pyarrow as pa
+import pytest
 import torch
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
@@ -132,3 +133,28 @@ def test_other_columns_keep_take(tmp_path: Path) -> None:
     narrow = write(tmp_path / "n", 50, 2, "float32", 100)
     assert not uses_direct(narrow)
     same(batches(uri, True, columns=["x", "id"]), batches(uri, False, columns=["x", "id"]))
+
+
+def _loader(uri: str, direct: bool, **kw: object) -> StreamingDataLoader:
+    ds = StreamingDataset(uri, num_splits=4, shuffle_seed=3, shuffle_clump_size=8)
+    ds.reader.direct_reads = direct
+    return StreamingDataLoader(ds, batch_size=16, read_size=64, **kw)  # type: ignore[arg-type]
+
+
+def test_resume_mid_epoch(tmp_path: Path) -> None:
+    """After a resume mid-epoch direct reads give the batches take gives uninterrupted."""
+    uri = write(tmp_path, 400, 128, "float32", 150, data_cache_bytes=16 << 10)
+    assert uses_direct(uri)
+    first = _loader(uri, True)
+    it = iter(first)
+    head = [next(it) for _ in range(9)]
+    resumed = _loader(uri, True)
+    resumed.load_state_dict(first.state_dict())
+    same(head + list(resumed), batches(uri, False))
+
+
+@pytest.mark.slow
+def test_workers(tmp_path: Path) -> None:
+    """Direct reads in DataLoader workers (each maps the files itself) give take's batches."""
+    uri = write(tmp_path, 400, 128, "float32", 150, data_cache_bytes=16 << 10)
+    same(list(_loader(uri, True, num_workers=2)), batches(uri, False))
