@@ -230,7 +230,10 @@ class LanceRows:
                 found = self._fragments
                 if local and found is not None and self._len:
                     base = path_of_lance_url(self._dataset.uri)
-                    self._direct = open_direct(self._dataset, self._columns, found[1], base)
+                    try:  # a file system that cannot map, a file Lance cannot describe
+                        self._direct = open_direct(self._dataset, self._columns, found[1], base)
+                    except (*LANCE_ERRORS, TypeError):
+                        self._direct = None  # read by take, which reports what is wrong
             return self._direct
 
     def _explain(self, err: Exception) -> Exception:
