@@ -23,6 +23,7 @@ from torch.utils.data import Dataset, default_collate
 
 from loader.plan import EpochPlan, PlanSpec
 from loader.read.convert import table_to_batch
+from loader.read.direct import DirectColumns
 from loader.read.prefetch import take_in_parts
 from loader.read.retry import ReadPolicy, with_retries
 from loader.sources import ResolvedSource, RowSource, open_source
@@ -96,6 +97,7 @@ class BatchReader(Dataset[Sequence[Any]]):
         self._pool_size = 0
         self._read_policy: ReadPolicy | None = None
         self.skipped_rows = 0  # rows on_error skipped in this process
+        self.direct_reads = True  # read rows by loader.read.direct where the source can
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -167,13 +169,25 @@ class BatchReader(Dataset[Sequence[Any]]):
         restore[ascending] = np.arange(len(ascending))
         return table, restore
 
+    def _direct(self) -> DirectColumns | None:
+        """The source's direct reads (local Lance files), or None: read by `take`."""
+        if not self.direct_reads:
+            return None
+        rows = with_retries(self._rows, self._policy())  # open (or reopen after a fork)
+        direct = getattr(rows, "direct", None)
+        return direct() if direct is not None else None
+
     def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
 
     def batches(self, task: BatchTask, sub_reads: int = 1) -> Sequence[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
-        table, restore = self.read(self.positions(task), sub_reads)
+        positions = self.positions(task)
         bounds = np.cumsum((0, *task.sizes)).tolist()
+        direct = self._direct() if self.transform is None else None
+        if direct is not None:  # one copy straight into stream order, no take
+            return SlicedRead(direct.gather(positions), bounds, cut_columns)
+        table, restore = self.read(positions, sub_reads)
         spans = list(itertools.pairwise(bounds))
         if self.transform:
             return [self._rows_through_transform(table, restore[a:b]) for a, b in spans]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from loader.cache import CacheFileError, NodeCache, fragment_files
+from loader.read.direct import DirectColumns, open_direct
 from loader.sources.base import (
     Backend,
     PinnedVersionGoneError,
@@ -157,6 +159,9 @@ class LanceRows:
         self._columns = list(spec.columns) if spec.columns is not None else None
         self._len = self._dataset.count_rows()
         self._fragments = fragment_starts(self._dataset)
+        self._direct: DirectColumns | None = None  # made on first use (`direct`)
+        self._direct_looked = False
+        self._direct_lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._len
@@ -214,6 +219,22 @@ class LanceRows:
             if 0 <= i < len(fragments) and high < starts[i + 1]:
                 return fragments[i].take(positions - starts[i], columns=self._columns)
         return self._dataset.take(positions, columns=self._columns)
+
+    def direct(self) -> DirectColumns | None:
+        """Direct reads of this table's columns (loader.read.direct), or None where rows
+        are read by `take`: a table on an object store or in a node cache among others."""
+        with self._direct_lock:
+            if not self._direct_looked:
+                self._direct_looked = True
+                local = self.cache is None and not is_object_store(self._spec.uri)
+                found = self._fragments
+                if local and found is not None and self._len:
+                    base = path_of_lance_url(self._dataset.uri)
+                    try:  # a file system that cannot map, a file Lance cannot describe
+                        self._direct = open_direct(self._dataset, self._columns, found[1], base)
+                    except (*LANCE_ERRORS, TypeError):
+                        self._direct = None  # read by take, which reports what is wrong
+            return self._direct
 
     def _explain(self, err: Exception) -> Exception:
         """Why a read failed: the pinned version's files removed, or the store unreachable."""
