@@ -18,7 +18,7 @@ checksum sidecar (`<file>.sum`: size and sha256) is written first, and a file is
 whole only when its bytes match it (checked once per process, on first use). A `kill -9`
 mid-download leaves a temporary file, never a whole-looking one. A process reading a file
 holds a shared lock on it; eviction takes the exclusive lock without waiting, so it never
-removes a file another process is reading.
+removes a file another process is reading (or prefetched for its next reads).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from loader.cache_plan import FileUses, belady_order
 from loader.storage import is_object_store, normalise_uri
 from loader.storage.locations import pyarrow_filesystem
 
@@ -101,8 +104,10 @@ class CacheCounts:
     bytes_from_cache: int = 0
     evictions: int = 0
     refetched: int = 0  # a cached file found damaged or missing, fetched again
+    prefetched: int = 0  # files the prefetcher fetched before a read needed them
+    prefetch_lead: int | None = None  # gauge: batches ahead the prefetched files reach
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | None]:
         return dict(self.__dict__)
 
 
@@ -114,9 +119,11 @@ class NodeCache:
     uri: str
     options: dict[str, str] | None
     counts: CacheCounts = field(default_factory=CacheCounts)
+    uses: FileUses | None = None  # this epoch's next uses (Belady); None: least recently used
     _verified: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _written: float = 0.0
+    _clock: dict[int, int] = field(default_factory=dict)  # thread: the time it reads at
 
     @property
     def base(self) -> Path:
@@ -182,6 +189,48 @@ class NodeCache:
         self._evict(keep=set(wanted))
         self.write_stats()
 
+    def prefetch(self, rel: str, when: int | None = None, size: int = 0) -> int | None:
+        """Fetch one file ahead of the read at clock time `when` (the prefetcher's call):
+        its size when this call fetched it, None when it was whole already, -1 when there
+        is no room without evicting a file needed no later (Belady: it waits)."""
+        target = self.files / rel
+        with self._lock:
+            if rel in self._verified and target.exists():
+                return None
+        if self._whole(target):
+            with self._lock:
+                self._verified.add(rel)
+            return None
+        with self.at(when):  # files the reads before `when` need are pinned by the prefetcher
+            if not self._evict(keep={rel}, room=size, before=when):
+                return -1
+        fetched = self._ensure_one(rel, prefetch=True)
+        self.write_stats()
+        return fetched
+
+    @contextlib.contextmanager
+    def at(self, time: int | None) -> Iterator[None]:
+        """A read (and its sub-reads in other threads) at clock time `time`
+        (`loader.cache_plan`): eviction counts next uses from the earliest time being read."""
+        if time is None:
+            yield
+            return
+        key = id(object()) ^ threading.get_ident()
+        with self._lock:
+            self._clock[key] = time
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._clock.pop(key, None)
+
+    @contextlib.contextmanager
+    def pinned(self, rel: str) -> Iterator[None]:
+        """Keep a file from eviction (a read, the prefetch window): a shared lock on
+        `<file>.pin`, which downloads never take, so a pinned file can be fetched again."""
+        with self._file_lock(rel, fcntl.LOCK_SH, suffix=".pin"):
+            yield
+
     def write_stats(self, force: bool = False) -> None:
         """This process's counts in `<root>/stats/<pid>.json`, for `node_stats` (lossy)."""
         now = time.monotonic()
@@ -206,26 +255,29 @@ class NodeCache:
 
     @contextlib.contextmanager
     def reading(self, relative: Iterable[str]) -> Iterator[None]:
-        """Hold shared locks on the files a read uses: eviction passes over them."""
+        """Pin the files a read uses, from before they are fetched until it is done:
+        eviction passes over them (a download may still replace a damaged one)."""
         with contextlib.ExitStack() as stack:
             for rel in sorted(set(relative)):
-                stack.enter_context(self._file_lock(rel, fcntl.LOCK_SH))
+                stack.enter_context(self.pinned(rel))
             yield
 
-    def _ensure_one(self, rel: str) -> None:
+    def _ensure_one(self, rel: str, prefetch: bool = False) -> int | None:
+        """Make one file whole; the bytes fetched (None: it was whole, a hit)."""
         target = self.files / rel
+        fetched = None
         with self._lock:
-            if rel in self._verified and target.exists():
+            if not prefetch and rel in self._verified and target.exists():
                 self.counts.hits += 1
                 self.counts.bytes_from_cache += target.stat().st_size
-                return
-        if self._whole(target):
+                return None
+        if not prefetch and self._whole(target):
             with self._lock:
                 self._verified.add(rel)
                 self.counts.hits += 1
                 self.counts.bytes_from_cache += target.stat().st_size
             _touch(target)
-            return
+            return None
         with self._file_lock(rel, fcntl.LOCK_EX):
             if not self._whole(target):  # another process may have fetched it meanwhile
                 refetch = target.exists() or _sum_path(target).exists()
@@ -235,13 +287,16 @@ class NodeCache:
                     self.counts.misses += 1
                     self.counts.refetched += int(refetch)
                     self.counts.bytes_from_store += size
+                    self.counts.prefetched += int(prefetch)
                 self._written = 0.0  # a fetch is reported at once
-            else:  # waited on another process's download
+                fetched = size
+            elif not prefetch:  # waited on another process's download
                 with self._lock:
                     self.counts.hits += 1
                     self.counts.bytes_from_cache += target.stat().st_size
             with self._lock:
                 self._verified.add(rel)
+        return fetched
 
     def _download(self, filesystem: Any, path: str, target: Path, count: bool) -> int:
         """Stream one object to a temporary name, sum it, write the sidecar, rename."""
@@ -281,47 +336,68 @@ class NodeCache:
 
     # -- eviction -----------------------------------------------------------------------
 
-    def _evict(self, keep: set[str]) -> None:
-        """Remove files (least recently used first) until under the limit; skip any file
-        another process reads (its shared lock) and any this read needs."""
+    def _evict(self, keep: set[str], room: int = 0, before: int | None = None) -> bool:
+        """Remove files until `room` more bytes fit under the limit: furthest next use
+        first (Belady, when this epoch's uses are known; else least recently used). Skip
+        a file another process reads or pins (its shared lock), any in `keep`, and with
+        `before` (a prefetch at that time) any needed no later. True when it fits."""
         limit = self.spec.limit
         if limit is None:
-            return
+            return True
         present = []
         for sub in ("data", "_deletions"):
             for path in (self.files / sub).glob("*"):
-                if path.name.startswith(".") or path.suffix in (".sum", ".lock"):
+                if path.name.startswith(".") or path.suffix in (".sum", ".lock", ".pin"):
                     continue
                 with contextlib.suppress(OSError):
                     st = path.stat()
                     present.append((st.st_mtime_ns, f"{sub}/{path.name}", st.st_size))
         total = sum(size for _, _, size in present)
-        for _, rel, size in sorted(present):
-            if total <= limit:
-                return
-            if rel in keep:
+        if total + room <= limit:
+            return True
+        rels = [rel for _, rel, _ in present]
+        with self._lock:
+            now = min(self._clock.values(), default=None)
+        uses = self.uses
+        if uses is not None and now is not None:
+            upcoming = uses.next_use(rels, now)
+            order = belady_order(upcoming, np.array([age for age, _, _ in present]))
+        else:
+            upcoming = None
+            order = np.argsort([age for age, _, _ in present], kind="stable")
+        for i in order.tolist():
+            _, rel, size = present[i]
+            if total + room <= limit:
+                break
+            if rel in keep or (
+                before is not None and upcoming is not None and upcoming[i] <= before
+            ):
                 continue
+            if before is not None and upcoming is None:
+                break  # no plan: a prefetch never evicts
             with self._try_lock(rel) as got:
                 if not got:
                     continue
                 target = self.files / rel
                 with contextlib.suppress(FileNotFoundError):
                     target.unlink()
+                    _sum_path(target).unlink(missing_ok=True)  # evicted is not damaged
                     total -= size
                     with self._lock:
                         self.counts.evictions += 1
                         self._verified.discard(rel)
+        return total + room <= limit
 
     # -- locks --------------------------------------------------------------------------
 
-    def _lock_path(self, rel: str) -> Path:
-        path = self.files / f"{rel}.lock"
+    def _lock_path(self, rel: str, suffix: str = ".lock") -> Path:
+        path = self.files / f"{rel}{suffix}"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
     @contextlib.contextmanager
-    def _file_lock(self, rel: str, how: int) -> Iterator[None]:
-        fd = os.open(self._lock_path(rel), os.O_RDWR | os.O_CREAT, 0o644)
+    def _file_lock(self, rel: str, how: int, suffix: str = ".lock") -> Iterator[None]:
+        fd = os.open(self._lock_path(rel, suffix), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, how)
             yield
@@ -330,30 +406,64 @@ class NodeCache:
 
     @contextlib.contextmanager
     def _try_lock(self, rel: str) -> Iterator[bool]:
-        fd = os.open(self._lock_path(rel), os.O_RDWR | os.O_CREAT, 0o644)
+        """The exclusive locks eviction needs, without waiting: none read it, none pin it."""
+        fds = [
+            os.open(self._lock_path(rel, s), os.O_RDWR | os.O_CREAT, 0o644)
+            for s in (".lock", ".pin")
+        ]
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for fd in fds:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 yield False
             else:
                 yield True
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
 
 
-def node_stats(root: str, since: float = _STARTED) -> dict[str, int]:
+GAUGES = ("prefetch_lead",)  # a process's present value, never summed
+
+
+def node_stats(root: str, since: float = _STARTED) -> dict[str, int | None]:
     """The node's totals: every process's counts written since `since` (this one's start),
-    so ranks, their workers and the ones before them in this job add up."""
+    so ranks, their workers and the ones before them in this job add up. `prefetch_lead`
+    is the smallest lead among the node's live processes that prefetch (None: none does);
+    a dead process's last file never holds it."""
     total = CacheCounts().as_dict()
+    leads: list[int] = []
     for path in (Path(root) / "stats").glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
             if path.stat().st_mtime < since:
                 continue
-            for key, value in json.loads(path.read_text()).items():
-                if key in total and isinstance(value, int):
-                    total[key] += value
+            counts = json.loads(path.read_text())
+            for key, value in counts.items():
+                if key in total and key not in GAUGES and _is_int(value):
+                    total[key] = (total[key] or 0) + value
+            lead = counts.get("prefetch_lead")
+            if _is_int(lead) and _alive(int(path.name.split("-", 1)[0])):
+                leads.append(lead)
+    total["prefetch_lead"] = min(leads) if leads else None
     return total
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (the node's processes share a PID namespace)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def fragment_files(fragment: Any) -> list[str]:
