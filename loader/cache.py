@@ -185,7 +185,7 @@ class NodeCache:
         """Make each file (e.g. 'data/x.lance') whole in the cache, fetching what is not."""
         wanted = list(relative)
         for rel in wanted:
-            self._ensure_one(rel)
+            self._ensure_one(rel, keep=set(wanted))
         self._evict(keep=set(wanted))
         self.write_stats()
 
@@ -262,8 +262,11 @@ class NodeCache:
                 stack.enter_context(self.pinned(rel))
             yield
 
-    def _ensure_one(self, rel: str, prefetch: bool = False) -> int | None:
-        """Make one file whole; the bytes fetched (None: it was whole, a hit)."""
+    def _ensure_one(
+        self, rel: str, prefetch: bool = False, keep: set[str] | None = None
+    ) -> int | None:
+        """Make one file whole; the bytes fetched (None: it was whole, a hit). A fetch for
+        a read first evicts down to the limit (never `keep`), so it lands in room."""
         target = self.files / rel
         fetched = None
         with self._lock:
@@ -280,6 +283,8 @@ class NodeCache:
             return None
         with self._file_lock(rel, fcntl.LOCK_EX):
             if not self._whole(target):  # another process may have fetched it meanwhile
+                if keep is not None:
+                    self._evict(keep)
                 refetch = target.exists() or _sum_path(target).exists()
                 filesystem, root = pyarrow_filesystem(self.uri, self.options)
                 size = self._download(filesystem, f"{root}/{rel}", target, count=True)
@@ -318,21 +323,19 @@ class NodeCache:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             full = getattr(err, "errno", None) == errno.ENOSPC
-            why = "the cache disk is full: lower cache_limit or free space" if full else str(err)
+            why = (
+                f"the cache disk is full (cache_limit={self.spec.limit}): set cache_limit "
+                f"below the free space of the disk holding {self.spec.root}, or free space"
+                if full
+                else str(err)
+            )
             raise CacheFileError(
                 f"caching {path!r} of {self.uri!r} in {target.parent} failed: {why}"
             ) from None
         return size
 
     def _whole(self, target: Path) -> bool:
-        """The file's bytes match its sidecar (size and sha256)."""
-        try:
-            size, want = _sum_path(target).read_text().split()
-            if target.stat().st_size != int(size):
-                return False
-            return _sha256(target) == want
-        except (OSError, ValueError):
-            return False
+        return whole_file(target)
 
     # -- eviction -----------------------------------------------------------------------
 
@@ -475,6 +478,17 @@ def fragment_files(fragment: Any) -> list[str]:
     return files
 
 
+def whole_file(target: Path) -> bool:
+    """The file's bytes match its sidecar (size and sha256): the only test of whole."""
+    try:
+        size, want = _sum_path(target).read_text().split()
+        if target.stat().st_size != int(size):
+            return False
+        return _sha256(target) == want
+    except (OSError, ValueError):
+        return False
+
+
 def _sum_path(target: Path) -> Path:
     return target.with_name(f"{target.name}.sum")
 
@@ -494,8 +508,12 @@ def _touch(path: Path) -> None:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no temporary file behind
+        raise
