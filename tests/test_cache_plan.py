@@ -263,3 +263,52 @@ def test_belady_and_prefetch_read_fewer_store_bytes_than_lru(
             assert got == plain, f"{policy}: the batches differ from the uncached read"
     assert served["belady"] < served["lru"], served
     assert served["belady+prefetch"] < served["lru"], served
+
+
+# -- resume on another W through the warm cache --------------------------------------------
+
+
+@pytest.mark.slow
+def test_resume_on_3_ranks_through_the_cache_2_ranks_warmed(tmp_path: Path) -> None:
+    """2 ranks read 5 steps through a cache whose limit is below the table and save; 3 ranks
+    resume with the same (warm) cache: the global batches of an uncached uninterrupted run,
+    every row once."""
+    import lancedb
+
+    from tests.dist_job import GLOBAL_BATCH, NUM_SPLITS
+    from tests.tables import make_rows
+    from tests.test_distributed import global_batches, launch
+
+    db = tmp_path / "db"
+    table = lancedb.connect(str(db)).create_table("rows", make_rows(0, 100))
+    for start in range(100, 600, 100):  # six fragments: a limit can hold some of them
+        table.add(make_rows(start, start + 100))
+    reference_ds = StreamingDataset(
+        table, num_splits=NUM_SPLITS, shuffle_clump_size=3, shuffle_seed=7, rank=0, world_size=1
+    )
+    reference = [
+        sorted(b["id"].tolist()) for b in StreamingDataLoader(reference_ds, batch_size=GLOBAL_BATCH)
+    ]
+    data = Path(table.to_lance().uri) / "data"
+    limit = sum(p.stat().st_size for p in data.glob("*.lance")) // 2
+    cache = {"cache_dir": str(tmp_path / "cache"), "cache_limit": limit}
+    first = launch(
+        2, {"db": str(db), "steps": 5, "save": str(tmp_path / "a.json"), **cache}, tmp_path / "w2"
+    )
+    warm = sorted((tmp_path / "cache").glob("*/files/data/*.lance"))
+    assert warm, "the first run left files in the cache"
+    second = launch(
+        3,
+        {
+            "db": str(db),
+            "save": str(tmp_path / "b.json"),
+            "resume": str(tmp_path / "a.json"),
+            **cache,
+        },
+        tmp_path / "w3",
+    )
+    got = global_batches(first) + global_batches(second)
+    assert got == reference, "the global batches of one uncached uninterrupted rank"
+    assert sorted(i for batch in got for i in batch) == list(range(600)), "every row once"
+    kept = sum(p.stat().st_size for p in (tmp_path / "cache").glob("*/files/data/*.lance"))
+    assert kept <= limit
