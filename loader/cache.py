@@ -17,8 +17,10 @@ and the others wait on it; bytes go to a temporary name, are fsynced, and rename
 checksum sidecar (`<file>.sum`: size and sha256) is written first, and a file is taken as
 whole only when its bytes match it (checked once per process, on first use). A `kill -9`
 mid-download leaves a temporary file, never a whole-looking one. A process reading a file
-holds a shared lock on it; eviction takes the exclusive lock without waiting, so it never
-removes a file another process is reading (or prefetched for its next reads).
+pins it (a shared lock on `<file>.pin`, from before the fetch); eviction takes the exclusive
+locks without waiting, so it never removes a file a process reads or prefetched for its
+next reads. Eviction goes by the plan's next uses when the reader knows them (Belady,
+`loader.cache_plan`), else least recently used first.
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ from typing import Any
 import numpy as np
 
 from loader.cache_plan import FileUses, belady_order
+from loader.cache_stats import CacheCounts
 from loader.storage import is_object_store, normalise_uri
 from loader.storage.locations import pyarrow_filesystem
 
 ENV_DIR = "ELASTIC_LOADER_CACHE_DIR"
 ENV_LIMIT = "ELASTIC_LOADER_CACHE_LIMIT"
 STATS_EVERY_S = 1.0  # how often a process writes its counts for the node's telemetry
-_STARTED = time.time()
 CHUNK = 8 << 20  # one streamed GET per file, read in 8 MiB pieces
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
@@ -92,23 +94,6 @@ class CacheSpec:
         if is_object_store(os.fspath(where)):
             raise ValueError(f"cache_dir={where!r}: expected a local folder (e.g. /local/nvme/x)")
         return CacheSpec(str(Path(where).expanduser().resolve()), parse_limit(limit))
-
-
-@dataclass
-class CacheCounts:
-    """This process's use of the cache (sent in telemetry, served in /metrics)."""
-
-    hits: int = 0
-    misses: int = 0
-    bytes_from_store: int = 0
-    bytes_from_cache: int = 0
-    evictions: int = 0
-    refetched: int = 0  # a cached file found damaged or missing, fetched again
-    prefetched: int = 0  # files the prefetcher fetched before a read needed them
-    prefetch_lead: int | None = None  # gauge: batches ahead the prefetched files reach
-
-    def as_dict(self) -> dict[str, int | None]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -425,48 +410,6 @@ class NodeCache:
         finally:
             for fd in fds:
                 os.close(fd)
-
-
-GAUGES = ("prefetch_lead",)  # a process's present value, never summed
-
-
-def node_stats(root: str, since: float = _STARTED) -> dict[str, int | None]:
-    """The node's totals: every process's counts written since `since` (this one's start),
-    so ranks, their workers and the ones before them in this job add up. `prefetch_lead`
-    is the smallest lead among the node's live processes that prefetch (None: none does);
-    a dead process's last file never holds it."""
-    total = CacheCounts().as_dict()
-    leads: list[int] = []
-    for path in (Path(root) / "stats").glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            if path.stat().st_mtime < since:
-                continue
-            counts = json.loads(path.read_text())
-            for key, value in counts.items():
-                if key in total and key not in GAUGES and _is_int(value):
-                    total[key] = (total[key] or 0) + value
-            lead = counts.get("prefetch_lead")
-            if _is_int(lead) and _alive(int(path.name.split("-", 1)[0])):
-                leads.append(lead)
-    total["prefetch_lead"] = min(leads) if leads else None
-    return total
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (the node's processes share a PID namespace)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def fragment_files(fragment: Any) -> list[str]:

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.cache import node_stats
 from loader.cache_plan import NEVER, FileUses, belady_order
+from loader.cache_stats import node_stats
 from tests.net import wait_until
 
 ROWS, PER_FILE, BATCH = 8000, 250, 64
