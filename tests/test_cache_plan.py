@@ -125,8 +125,9 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _loader(uri: str, num_workers: int = 0, **kw: Any) -> StreamingDataLoader:
     prefetch = kw.pop("cache_prefetch_bytes", None)
     in_flight = kw.pop("reads_in_flight", None)
+    clump = kw.pop("shuffle_clump_size", 64)
     ds = StreamingDataset(
-        uri, num_splits=4, rank=0, world_size=1, shuffle_seed=3, shuffle_clump_size=64,
+        uri, num_splits=4, rank=0, world_size=1, shuffle_seed=3, shuffle_clump_size=clump,
         storage_options=kw.pop("storage_options", None), **kw,
     )  # fmt: skip
     return StreamingDataLoader(
@@ -185,6 +186,32 @@ def test_a_failing_store_is_reported_by_the_read_not_the_prefetcher(
             pass
     wait_until(lambda: not _prefetch_threads(), 30, "the prefetcher to stop")
     assert not escaped, escaped
+
+
+def test_reads_in_flight_under_a_tight_limit_keep_their_files(table: str, tmp_path: Path) -> None:
+    """Four reads at once, a limit of a third of the table: a read pins its files before
+    fetching them, so another read's eviction never removes them before it reads (they
+    were once removed between the fetch and the read, twice, and the read failed)."""
+    limit = sum(p.stat().st_size for p in Path(table, "data").glob("*.lance")) // 3
+    plain = _ids(_loader(table, shuffle_clump_size=1))
+    cached = _loader(
+        table, cache_dir=tmp_path / "c", cache_limit=limit, reads_in_flight=4,
+        cache_prefetch_bytes=0, shuffle_clump_size=1,
+    )  # fmt: skip
+    assert _ids(cached) == plain
+    assert node_stats(str(tmp_path / "c"), since=0)["evictions"] > 0
+
+
+def test_cache_prefetch_bytes_argument(table: str) -> None:
+    ds = StreamingDataset(table, num_splits=4, rank=0, world_size=1, shuffle_seed=3)
+    assert (
+        StreamingDataLoader(ds, batch_size=8, cache_prefetch_bytes="1MiB").cache_prefetch_bytes
+        == 2**20
+    )
+    assert StreamingDataLoader(ds, batch_size=8, cache_prefetch_bytes=0).cache_prefetch_bytes == 0
+    for bad in ("lots", -1, True):
+        with pytest.raises(ValueError, match="cache_prefetch_bytes"):
+            StreamingDataLoader(ds, batch_size=8, cache_prefetch_bytes=bad)
 
 
 def test_full_cache_disk_is_a_clear_error_and_leaves_no_partial_file(
