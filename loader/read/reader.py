@@ -208,7 +208,7 @@ class BatchReader(Dataset[Sequence[Any]]):
 
     def _clock(self, task: BatchTask) -> contextlib.AbstractContextManager[None]:
         """A read through a node cache with a limit: eviction by the plan's next uses."""
-        rows = self._rows()
+        rows = with_retries(self._rows, self._policy())  # open (or reopen after a fork)
         cache = getattr(rows, "cache", None)
         if cache is None or cache.spec.limit is None or not len(task.runs):
             return contextlib.nullcontext()
