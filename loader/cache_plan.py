@@ -136,7 +136,7 @@ class Prefetcher:
     def reached(self, index: int) -> None:
         """The batch `index` was handed out: files no later batch in the window needs unpin."""
         with self._changed:
-            self._reached = index
+            self._reached = max(self._reached, index)  # in_order=False: any order
             for rel in [r for r, (last, _, _) in self._held.items() if last <= index]:
                 self._held.pop(rel)[1].close()
             self._changed.notify_all()
