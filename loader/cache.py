@@ -29,6 +29,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -49,6 +50,7 @@ from loader.storage.locations import pyarrow_filesystem
 ENV_DIR = "ELASTIC_LOADER_CACHE_DIR"
 ENV_LIMIT = "ELASTIC_LOADER_CACHE_LIMIT"
 STATS_EVERY_S = 1.0  # how often a process writes its counts for the node's telemetry
+_READS = itertools.count()  # tokens of the reads under way (`NodeCache.at`)
 CHUNK = 8 << 20  # one streamed GET per file, read in 8 MiB pieces
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
@@ -108,7 +110,7 @@ class NodeCache:
     _verified: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _written: float = 0.0
-    _clock: dict[int, int] = field(default_factory=dict)  # thread: the time it reads at
+    _clock: dict[int, int] = field(default_factory=dict)  # a read under way: its time
 
     @property
     def base(self) -> Path:
@@ -200,7 +202,7 @@ class NodeCache:
         if time is None:
             yield
             return
-        key = id(object()) ^ threading.get_ident()
+        key = next(_READS)
         with self._lock:
             self._clock[key] = time
         try:
