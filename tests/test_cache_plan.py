@@ -288,6 +288,7 @@ def test_belady_and_prefetch_read_fewer_store_bytes_than_lru(
                 )  # fmt: skip
                 served[policy] = proxy.counts.bytes_down - before
             assert got == plain, f"{policy}: the batches differ from the uncached read"
+    print(f"store bytes by policy (table {table_bytes}): {served}")  # the figure docs cite
     assert served["belady"] < served["lru"], served
     assert served["belady+prefetch"] < served["lru"], served
 
