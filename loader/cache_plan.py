@@ -142,14 +142,14 @@ class Prefetcher:
             self._changed.notify_all()
 
     def stop(self) -> None:
+        """Unpin everything and let the thread end: it pins nothing more, and a download
+        under way finishes on its own (the caller never waits for it)."""
         with self._changed:
             self._stopped = True
-            self._changed.notify_all()
-        self._thread.join(timeout=5)  # a download under way finishes on its own (daemon)
-        with self._changed:
             for _, stack, _ in self._held.values():
                 stack.close()
             self._held.clear()
+            self._changed.notify_all()
 
     def _pinned_bytes(self) -> int:
         return sum(size for _, _, size in self._held.values())
@@ -191,6 +191,7 @@ class Prefetcher:
                     self.prefetched += 1
                 if fetched is None or fetched >= 0:
                     return True
-                self._held.pop(rel)[1].close()  # no room: wait for the next batch out
+                if rel in self._held:  # (stop() may have unpinned it meanwhile)
+                    self._held.pop(rel)[1].close()  # no room: wait for the next batch out
                 while not self._stopped and self._reached == reached:
                     self._changed.wait()
