@@ -3,9 +3,11 @@
 A Lance table on a local S3 server (moto) behind the tests' proxy, which adds a round trip
 (`--delay-ms`) to every request, as a real store costs. One process, w = 0, S = 8,
 C = 1,024, b = 1,024; each case reads one epoch: `uncached` straight from the store,
-`cold` through an empty cache (every file fetched once, whole), `warm` from the cache
-filled by `cold` (the store is not asked for data). The proxy counts the bytes the store
-served in each.
+`cold` through an empty cache with prefetch off (`cache_prefetch_bytes=0`: every file
+fetched once, whole, when a read first needs it), `prefetch` through another empty cache
+with the default prefetch (the next tasks' files fetched in the background), `warm` from
+the cache filled by `cold` (the store is not asked for data). The proxy counts the bytes
+the store served in each.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/cache.py --rows 262144 --delay-ms 20
 """
@@ -30,13 +32,16 @@ from tests.netproxy import FaultProxy, Faults
 from tests.object_store import running_s3_server
 
 
-def _epoch(uri: str, options: dict[str, str], **cache: object) -> tuple[int, float]:
+def _epoch(
+    uri: str, options: dict[str, str], prefetch: int | None = 0, **cache: object
+) -> tuple[int, float]:
     ds = StreamingDataset(
         uri, num_splits=8, shuffle_clump_size=1024, rank=0, world_size=1, shuffle_seed=1,
         storage_options=options, **cache,
     )  # fmt: skip
     started, rows = time.perf_counter(), 0
-    for batch in StreamingDataLoader(ds, batch_size=1024, num_workers=0):
+    loader = StreamingDataLoader(ds, batch_size=1024, num_workers=0, cache_prefetch_bytes=prefetch)
+    for batch in loader:
         rows += len(batch["id"])
     return rows, time.perf_counter() - started
 
@@ -66,6 +71,7 @@ def main() -> None:
             for name, cache in (
                 ("uncached", {}),
                 ("cold", {"cache_dir": f"{tmp}/c"}),
+                ("prefetch", {"cache_dir": f"{tmp}/p", "prefetch": None}),
                 ("warm", {"cache_dir": f"{tmp}/c"}),
             ):
                 before = proxy.counts.bytes_down
@@ -75,6 +81,7 @@ def main() -> None:
                     "seconds": round(seconds, 2),
                     "store_mb": round((proxy.counts.bytes_down - before) / 1e6, 1),
                 }
+    out["prefetch_over_cold"] = round(out["prefetch"]["rows_per_s"] / out["cold"]["rows_per_s"], 2)
     out["warm_over_uncached"] = round(out["warm"]["rows_per_s"] / out["uncached"]["rows_per_s"], 1)
     print(json.dumps({"rows": args.rows, "delay_ms": args.delay_ms, **out}, indent=1))
 

@@ -21,6 +21,7 @@ from loader import args, batching
 from loader.dataset import StreamingDataset
 from loader.layout import owned_splits, slice_bounds
 from loader.mixture.dataset import MixedDataset
+from loader.read.ahead import prefetch_bytes, start_prefetch
 from loader.read.prefetch import auto_reads_in_flight, map_ahead
 from loader.readable import Position, Readable, Stream, tell_mixture
 from loader.skips import already_skipped
@@ -87,6 +88,10 @@ class StreamingDataLoader(DataLoader[Any]):
             worth (128 blocks of 2048), more for a narrow batch (576 blocks of 2048 with
             int32 input_ids alone: reads of about the same bytes). A mixture's default is
             that of its datasets times their number (one take per dataset a read).
+        cache_prefetch_bytes: with a node cache (`cache_dir=`), the bytes of files the next
+            tasks read that this rank fetches ahead into it in the background (an int or
+            '512MB'; default 256 MiB, at most half of `cache_limit`; 0: off). Never changes
+            the batches (docs/cache.md).
         data_timeout_s: with workers, the longest this rank waits for one read from them
             (default 600 s; None: forever; read when an iteration starts, and the first
             read includes starting the workers). torch's `timeout=` applies the same way
@@ -129,6 +134,7 @@ class StreamingDataLoader(DataLoader[Any]):
         total_steps: int | None = None,
         reads_in_flight: int | None = None,
         read_size: int | None = None,
+        cache_prefetch_bytes: int | str | None = None,
         data_timeout_s: float | None = DEFAULT_DATA_TIMEOUT_S,
         **kwargs: Any,
     ) -> None:
@@ -166,6 +172,7 @@ class StreamingDataLoader(DataLoader[Any]):
         read_size = args.integer("read_size", read_size, 1)
         self.batches_per_read = max(1, read_size // self.batch_size)
         self.data_timeout_s = args.seconds("data_timeout_s", data_timeout_s)
+        self.cache_prefetch_bytes = prefetch_bytes(cache_prefetch_bytes)
         batch_transform = args.callable_or_none("batch_transform", batch_transform)
         collate_fn = args.callable_or_none("collate_fn", kwargs.pop("collate_fn", None))
         self._workers_read: Any = None  # what persistent workers were started on
@@ -316,6 +323,13 @@ class StreamingDataLoader(DataLoader[Any]):
     def _batches(self, stream: Stream) -> Iterator[Any]:
         """Batches one by one from reads of several: torch's iterator with workers, our
         threaded read-ahead without them."""
+        forked = self.num_workers > 0 and self._start_method() == "fork"  # Lance: not fork-safe
+        window = 0 if forked else self.cache_prefetch_bytes
+        ahead = start_prefetch(self.streaming_dataset, stream, self.batches_per_read, window)
+        pairs = self._pairs(stream)
+        return pairs if ahead is None else ahead.follow(pairs)
+
+    def _pairs(self, stream: Stream) -> Iterator[Any]:
         if self.num_workers > 0:
             return self._from_workers()
         if self.reads_in_flight < 1:

@@ -25,8 +25,11 @@ def run_rank(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
         table = lancedb.connect(job["db"]).open_table("rows")
         if job.get("race_append"):
             table = _append_while_starting(rank, job["db"], table)
-        ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_clump_size=3, shuffle_seed=7)
-        dl = StreamingDataLoader(ds, batch_size=GLOBAL_BATCH // world)
+        cache = {k: job[k] for k in ("cache_dir", "cache_limit") if k in job}
+        ds = StreamingDataset(
+            table, num_splits=NUM_SPLITS, shuffle_clump_size=3, shuffle_seed=7, **cache
+        )
+        dl = StreamingDataLoader(ds, global_batch_size=GLOBAL_BATCH)
         if job.get("resume"):
             dl.load_state_dict(load(job["resume"]))
         batches = []

@@ -158,6 +158,7 @@ def test_node_totals_reach_the_collector_and_metrics(table: str, tmp_path: Path)
     assert len(ours) == 1 and ours[0]["data"]["cache_dir"] == str(cache)
     files = ours[0]["data"]
     assert files["misses"] == ROWS // PER_FILE
+    assert files["prefetched"] == 0 and files["prefetch_lead"] is None, "nothing prefetched"
     with collector_client(tmp_path / "m.db") as c:
         assert post(c, events).status_code == 202
         text = c.get("/metrics").text

@@ -9,8 +9,10 @@ each retried on transient I/O errors; a read returns every row or raises.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 from torch.utils.data import Dataset, default_collate
 
+from loader.cache_plan import time_of
 from loader.plan import EpochPlan, PlanSpec
 from loader.read.convert import table_to_batch
 from loader.read.direct import DirectColumns
@@ -98,12 +101,19 @@ class BatchReader(Dataset[Sequence[Any]]):
         self._read_policy: ReadPolicy | None = None
         self.skipped_rows = 0  # rows on_error skipped in this process
         self.direct_reads = True  # read rows by loader.read.direct where the source can
+        self.node_splits: tuple[int, ...] | None = None  # the node's ranks' (None: all)
+        self._uses_key: tuple[Any, ...] | None = None  # what the cache's next uses are of
+        self._uses_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_opened"], state["_pid"], state["_epoch_plan"] = None, -1, None
-        state["_threads"] = None
+        state["_threads"], state["_uses_key"], state["_uses_lock"] = None, None, None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._uses_lock = threading.Lock()
 
     def __len__(self) -> int:  # keys are tasks, not 0..n-1; the sampler knows how many
         raise TypeError("BatchReader is indexed by BatchTask; ask the loader for its length")
@@ -180,6 +190,41 @@ class BatchReader(Dataset[Sequence[Any]]):
     def __getitem__(self, task: BatchTask) -> Sequence[Any]:
         return self.batches(task)
 
+    def task_time(self, task: BatchTask) -> int:
+        """The task's time on the node cache's clock: its lowest level (`loader.cache_plan`)."""
+        return int(time_of(task.runs[:, 1].min(), self.plan.rows_per_split))
+
+    def use_plan(self, rows: Any, epoch: int) -> Any:
+        """The node cache `rows` reads through, told this epoch's next uses of its files
+        (once per epoch and process); None without a cache."""
+        cache = getattr(rows, "cache", None)
+        if cache is None:
+            return None
+        key = (epoch, self.node_splits, self._pid)
+        with self._uses_lock:
+            if self._uses_key != key:
+                plan, mapping = self._plan_of(epoch), self.source.rows
+
+                def split_positions(split: int) -> NDArray[np.int64]:
+                    found = plan.split_rows(split)
+                    return found if mapping is None else mapping[found]
+
+                splits = self.node_splits
+                if splits is None:
+                    splits = tuple(range(self.plan.num_splits))
+                cache.uses = rows.file_uses(split_positions, splits, self.plan.rows_per_split)
+                self._uses_key = key
+        return cache
+
+    def _clock(self, task: BatchTask) -> contextlib.AbstractContextManager[None]:
+        """A read through a node cache with a limit: eviction by the plan's next uses."""
+        rows = with_retries(self._rows, self._policy())  # open (or reopen after a fork)
+        cache = getattr(rows, "cache", None)
+        if cache is None or cache.spec.limit is None or not len(task.runs):
+            return contextlib.nullcontext()
+        self.use_plan(rows, task.epoch)
+        return cache.at(self.task_time(task))
+
     def batches(self, task: BatchTask, sub_reads: int = 1) -> Sequence[Any]:
         """The task's batches, from one read; numeric columns are slices of one tensor each."""
         positions = self.positions(task)
@@ -187,7 +232,8 @@ class BatchReader(Dataset[Sequence[Any]]):
         direct = self._direct() if self.transform is None else None
         if direct is not None:  # one copy straight into stream order, no take
             return SlicedRead(direct.gather(positions), bounds, cut_columns)
-        table, restore = self.read(positions, sub_reads)
+        with self._clock(task):
+            table, restore = self.read(positions, sub_reads)
         spans = list(itertools.pairwise(bounds))
         if self.transform:
             return [self._rows_through_transform(table, restore[a:b]) for a, b in spans]

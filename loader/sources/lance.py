@@ -19,6 +19,7 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from loader.cache import CacheFileError, NodeCache, fragment_files
+from loader.cache_plan import FileUses
 from loader.read.direct import DirectColumns, open_direct
 from loader.sources.base import (
     Backend,
@@ -183,14 +184,12 @@ class LanceRows:
     def _take_cached(self, positions: NDArray[np.int64], cache: NodeCache) -> pa.Table:
         """Materialise the fragments the read touches, then read them from the node's disk
         holding shared locks; a file deleted or damaged under the read is fetched again."""
-        files = self._files_of(positions)
+        files = self.files_of(positions)
         for attempt in range(2):
-            cache.ensure(files)
             try:
-                with cache.reading(files):
+                with cache.reading(files):  # held from before the fetch: never evicted between
+                    cache.ensure(files)
                     table = self._take(positions)
-                cache.trim()  # a read needing more than the limit leaves it at the limit
-                return table
             except LANCE_ERRORS as err:
                 if attempt:
                     raise CacheFileError(
@@ -198,9 +197,32 @@ class LanceRows:
                         f"after fetching its files again: {redact(str(err), self._spec.storage_options)}"
                     ) from None
                 cache.forget(files)
+                continue
+            cache.trim()  # a read needing more than the limit leaves it at the limit
+            return table
         raise AssertionError("unreachable")
 
-    def _files_of(self, positions: NDArray[np.int64]) -> list[str]:
+    def file_uses(self, split_positions: Any, splits: Any, rows_per_split: int) -> FileUses | None:
+        """When the node reads each cached file this epoch (`loader.cache_plan`); None
+        without fragment row counts in the manifest."""
+        if self._fragments is None:
+            return None
+        starts, fragments = self._fragments
+        files = [fragment_files(fragment) for fragment in fragments]
+        return FileUses.build(split_positions, splits, starts, files, rows_per_split)
+
+    def file_size(self, rel: str) -> int:
+        """A cached file's size from the manifest (0 when it does not say)."""
+        if not hasattr(self, "_sizes"):
+            self._sizes = {
+                f"data/{f.path}": int(f.file_size_bytes or 0)
+                for fragment in self._dataset.get_fragments()
+                for f in fragment.metadata.files
+            }
+        return self._sizes.get(rel, 0)
+
+    def files_of(self, positions: NDArray[np.int64]) -> list[str]:
+        """The cached files a read of `positions` needs."""
         found = self._fragments
         if found is None or not len(positions):
             fragments = list(self._dataset.get_fragments()) if len(positions) else []

@@ -153,7 +153,7 @@ class TelemetryReporter(Reporter):
     def tell_caches(self) -> None:
         """The node totals of each cache the loader reads through (`cache` events, every
         CACHE_EVERY_S): whichever rank of a node sends them, they are the same."""
-        from loader.cache import node_stats
+        from loader.cache_stats import node_stats
 
         self._cache_at = time.monotonic() + CACHE_EVERY_S
         host = self._client.static.get("host", "")
