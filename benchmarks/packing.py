@@ -258,6 +258,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--s3-docs", type=int, default=4000, help="0: leave the S3 rows out")
+    p.add_argument(
+        "--scan-only", action="store_true",
+        help="only ours (default and narrow), the raw scan and the raw take: ÷ scan A/B runs",
+    )  # fmt: skip
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = lancedb.connect(str(Path(tmp) / "db"))
@@ -277,8 +281,11 @@ def main() -> None:
             ("raw Lance scan of the column", lambda: drain(raw_read(table), len, args.seconds)),
             ("raw take of ours' documents", lambda: drain(raw_take(ours(table)), int, args.seconds)),
         ]  # fmt: skip
+        if args.scan_only:
+            readers = [r for r in readers if not r[0].startswith(("lancedb", "ours, shuffle"))]
         lit_dir = Path(tmp) / "litdata"
-        if litdata_tokens(lit_dir, args.docs, 0.1) is not None:  # optimize once, then time
+        # optimize once, then time
+        if not args.scan_only and litdata_tokens(lit_dir, args.docs, 0.1) is not None:
             readers.append(
                 ("LitData TokensLoader (shuffle)", lambda: litdata_read(lit_dir, args.seconds))
             )
@@ -313,6 +320,8 @@ def main() -> None:
                 ratio = [b / a for a, b in zip(cpus[key], values, strict=True)]
                 line += f"   it / {label} = {spread(ratio)}"
             print(line)
+        if args.scan_only:
+            return
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)
         print(f"list<int32> / fixed_size_list<int32>[128] values/s = {varlen:.2f}")
