@@ -4,7 +4,8 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
 
     PYTHONPATH=. benchmarks/.venv/bin/python benchmarks/packing.py [--docs 20000] [--reps 3]
 
-(the project's .venv runs it too, without the LitData row.)
+(the project's .venv runs it too, without the LitData row; `--scan-only --s3-docs 0` runs
+only ours, ours narrow, the raw scan and the raw take: the ÷ scan A/B of issue #35 item 8.)
 
 - `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
   of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import tempfile
 import time
@@ -154,6 +156,21 @@ def raw_read(table: Any) -> Iterable[np.ndarray]:
         yield batch.column(0).values.to_numpy()
 
 
+def scan_pairs(table: Any, pairs: int, reads_in_flight: int | None) -> list[list[float]]:
+    """Whole epochs of ours (default batch) and of the raw scan, alternating: per pair, ours
+    ÷ scan in tokens/s, and the CPU ns a token of each (issue #35 item 8's A/B: run it in
+    alternating processes with each side's `loader` first on the path)."""
+    out = []
+    for _ in range(pairs):
+        loader = ours(table)
+        if reads_in_flight is not None and reads_in_flight >= 0:  # -1/None: the default
+            loader.reads_in_flight = reads_in_flight
+        rate = drain(loader, _tokens, float("inf"))
+        scan = drain(raw_read(table), len, float("inf"))
+        out.append([rate / scan, CPU_PER_UNIT[-2] * 1e9, CPU_PER_UNIT[-1] * 1e9])
+    return out
+
+
 def first_batch_seconds(table: Any, state: dict[str, Any] | None) -> float:
     start = time.perf_counter()
     loader = ours(table)
@@ -262,7 +279,21 @@ def main() -> None:
         "--scan-only", action="store_true",
         help="only ours (default and narrow), the raw scan and the raw take: ÷ scan A/B runs",
     )  # fmt: skip
+    p.add_argument(
+        "--pairs", type=int, default=0,
+        help="only N (ours, scan) pairs of whole epochs, as JSON (with --reads-in-flight)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reads-in-flight", type=int, default=None, help="with --pairs; -1: the default"
+    )
     args = p.parse_args()
+    if args.pairs:
+        with tempfile.TemporaryDirectory() as tmp:
+            table = token_table(lancedb.connect(str(Path(tmp) / "db")), args.docs)
+            next(iter(ours(table)))  # warm the kernels
+            runs = scan_pairs(table, args.pairs, args.reads_in_flight)
+            print(json.dumps({"reads_in_flight": args.reads_in_flight, "runs": runs}))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         db = lancedb.connect(str(Path(tmp) / "db"))
         table = token_table(db, args.docs)
