@@ -4,7 +4,8 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
 
     PYTHONPATH=. benchmarks/.venv/bin/python benchmarks/packing.py [--docs 20000] [--reps 3]
 
-(the project's .venv runs it too, without the LitData row.)
+(the project's .venv runs it too, without the LitData row; `--scan-only --s3-docs 0` runs
+only ours, ours narrow, the raw scan and the raw take: the ÷ scan A/B of issue #35 item 8.)
 
 - `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
   of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import tempfile
 import time
@@ -154,6 +156,21 @@ def raw_read(table: Any) -> Iterable[np.ndarray]:
         yield batch.column(0).values.to_numpy()
 
 
+def scan_pairs(table: Any, pairs: int, reads_in_flight: int | None) -> list[list[float]]:
+    """Whole epochs of ours (default batch) and of the raw scan, alternating: per pair, ours
+    ÷ scan in tokens/s, and the CPU ns a token of each (issue #35 item 8's A/B: run it in
+    alternating processes with each side's `loader` first on the path)."""
+    out = []
+    for _ in range(pairs):
+        loader = ours(table)
+        if reads_in_flight is not None and reads_in_flight >= 0:  # -1/None: the default
+            loader.reads_in_flight = reads_in_flight
+        rate = drain(loader, _tokens, float("inf"))
+        scan = drain(raw_read(table), len, float("inf"))
+        out.append([rate / scan, CPU_PER_UNIT[-2] * 1e9, CPU_PER_UNIT[-1] * 1e9])
+    return out
+
+
 def first_batch_seconds(table: Any, state: dict[str, Any] | None) -> float:
     start = time.perf_counter()
     loader = ours(table)
@@ -258,7 +275,25 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--s3-docs", type=int, default=4000, help="0: leave the S3 rows out")
+    p.add_argument(
+        "--scan-only", action="store_true",
+        help="only ours (default and narrow), the raw scan and the raw take: ÷ scan A/B runs",
+    )  # fmt: skip
+    p.add_argument(
+        "--pairs", type=int, default=0,
+        help="only N (ours, scan) pairs of whole epochs, as JSON (with --reads-in-flight)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reads-in-flight", type=int, default=None, help="with --pairs; -1: the default"
+    )
     args = p.parse_args()
+    if args.pairs:
+        with tempfile.TemporaryDirectory() as tmp:
+            table = token_table(lancedb.connect(str(Path(tmp) / "db")), args.docs)
+            next(iter(ours(table)))  # warm the kernels
+            runs = scan_pairs(table, args.pairs, args.reads_in_flight)
+            print(json.dumps({"reads_in_flight": args.reads_in_flight, "runs": runs}))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         db = lancedb.connect(str(Path(tmp) / "db"))
         table = token_table(db, args.docs)
@@ -277,8 +312,11 @@ def main() -> None:
             ("raw Lance scan of the column", lambda: drain(raw_read(table), len, args.seconds)),
             ("raw take of ours' documents", lambda: drain(raw_take(ours(table)), int, args.seconds)),
         ]  # fmt: skip
+        if args.scan_only:
+            readers = [r for r in readers if not r[0].startswith(("lancedb", "ours, shuffle"))]
         lit_dir = Path(tmp) / "litdata"
-        if litdata_tokens(lit_dir, args.docs, 0.1) is not None:  # optimize once, then time
+        # optimize once, then time
+        if not args.scan_only and litdata_tokens(lit_dir, args.docs, 0.1) is not None:
             readers.append(
                 ("LitData TokensLoader (shuffle)", lambda: litdata_read(lit_dir, args.seconds))
             )
@@ -313,6 +351,8 @@ def main() -> None:
                 ratio = [b / a for a, b in zip(cpus[key], values, strict=True)]
                 line += f"   it / {label} = {spread(ratio)}"
             print(line)
+        if args.scan_only:
+            return
         print(f"resume at 90 %: first batch / fresh = {resume_ratio(table):.2f}")
         varlen = varlen_ratio(db, 40_000, args.seconds)
         print(f"list<int32> / fixed_size_list<int32>[128] values/s = {varlen:.2f}")

@@ -14,13 +14,15 @@ Every split yields the same number of blocks B in an epoch:
 
 Cost: one pass over the token column at construction (lengths of every document, 4 bytes
 each, kept for the run), and per epoch the prefix sums of the lengths in plan order (8
-bytes per document, computed once per process and epoch).
+bytes per document) and, where blocks are read, the sample index (16 bytes per block: the
+document and offset where each block starts), each computed once per process and epoch.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ import pyarrow.types as pat
 from numpy.typing import NDArray
 
 from loader import args
+from loader.kernels.ragged import _sample_index
 from loader.packed_batch import PACK_FIELDS, pack_dtype, pack_fields
 from loader.plan import PlanSpec
 from loader.sources import ResolvedSource, open_source
@@ -227,6 +230,13 @@ class EpochBlocks:
     @property
     def num_splits(self) -> int:
         return int(self.prefix.shape[0])
+
+    @cached_property
+    def sample_index(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(documents, offsets), each (S, B + 1): where block edge k of split s lies (the
+        document, split-local, and the tokens into it; see `_sample_index`). Computed once
+        per epoch, so a read finds its blocks' documents by lookups, not searches."""
+        return _sample_index(self.prefix, self.seq_len, self.blocks_per_split)
 
     @property
     def tokens_dropped(self) -> int:

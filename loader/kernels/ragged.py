@@ -143,3 +143,27 @@ def _pack_into(
                 documents[b, filled:] = -1
     block_pieces[blocks] = pieces
     return piece_starts, block_pieces
+
+
+@njit
+def _sample_index(
+    prefix: NDArray[np.int64], seq_len: int, blocks: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The epoch's sample index (as Megatron's GPT dataset keeps one): for split s and block
+    edge k in [0, blocks], the document where token k * seq_len of the split lies and how
+    many tokens into it that is. `prefix[s, d]`: tokens (eos included) of split s before
+    document d, strictly increasing; past the split's last token the document is L (the
+    split's length) and the offset counts tokens past its end. One walk per split, O(L + B).
+    """
+    splits, length = prefix.shape[0], prefix.shape[1] - 1
+    docs = np.empty((splits, blocks + 1), dtype=np.int64)
+    offsets = np.empty((splits, blocks + 1), dtype=np.int64)
+    for s in range(splits):
+        doc = 0
+        for k in range(blocks + 1):
+            token = k * seq_len
+            while doc < length and prefix[s, doc + 1] <= token:
+                doc += 1
+            docs[s, k] = doc
+            offsets[s, k] = token - prefix[s, doc]
+    return docs, offsets

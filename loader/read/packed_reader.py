@@ -50,26 +50,21 @@ def block_documents(
 
     Returns (documents, block_docs, first_offsets): block i covers documents
     `documents[block_docs[i]:block_docs[i + 1]]` (indices into the epoch order) and starts
-    `first_offsets[i]` tokens into the first.
+    `first_offsets[i]` tokens into the first. Lookups in the epoch's sample index: block k
+    starts at its edge k and ends before the document of edge k + 1 (or in it, when that
+    edge is inside a document).
     """
     length = blocks.prefix.shape[1] - 1
-    first = np.zeros(len(splits), dtype=np.int64)
-    last = np.zeros(len(splits), dtype=np.int64)
-    for split in np.unique(splits):
-        mine = splits == split
-        starts = blocks.prefix[split]
-        begin = levels[mine] * blocks.seq_len
-        first[mine] = np.minimum(np.searchsorted(starts, begin, side="right") - 1, length)
-        last[mine] = np.minimum(
-            np.searchsorted(starts, begin + blocks.seq_len, side="left"), length
-        )
+    edge_docs, edge_offsets = blocks.sample_index
+    first = edge_docs[splits, levels]
+    after = edge_docs[splits, levels + 1]
+    last = after + ((edge_offsets[splits, levels + 1] > 0) & (after < length))
     counts = last - first
     block_docs = np.zeros(len(splits) + 1, dtype=np.int64)
     np.cumsum(counts, out=block_docs[1:])
     base = splits * length + first - block_docs[:-1]
     documents = np.repeat(base, counts) + np.arange(block_docs[-1], dtype=np.int64)
-    starts_of_first = blocks.prefix[splits, first]
-    first_offsets = np.where(first < length, levels * blocks.seq_len - starts_of_first, 0)
+    first_offsets = np.where(first < length, edge_offsets[splits, levels], 0)
     return documents, block_docs, first_offsets
 
 
