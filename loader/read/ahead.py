@@ -63,7 +63,7 @@ def start_prefetch(dataset: Any, stream: Any, per_read: int, window: int) -> Any
     if type(reader) is not BatchReader or not isinstance(stream, RankStream):
         return None
     reader.node_splits = node_splits(stream)  # before workers copy the reader
-    if window <= 0 or getattr(dataset, "_source_args", {}).get("cache") is None:
+    if window <= 0 or getattr(dataset, "cache_spec", None) is None:
         return None
     try:
         rows: Any = with_retries(reader._rows, reader._policy())
