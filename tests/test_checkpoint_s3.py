@@ -104,15 +104,18 @@ def test_lance_options_map_to_pyarrow(s3_server: S3Server, monkeypatch: pytest.M
         "region": "us-east-1",
         "access_key": ACCESS_KEY,
         "secret_key": SECRET_KEY,
+        "request_timeout": 30.0,
     }
     assert s3_filesystem_args({"endpoint": "minio:9000", "allow_http": "true"}) == {
         "endpoint_override": "minio:9000",
         "scheme": "http",
+        "request_timeout": 30.0,
     }
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     assert s3_filesystem_args({"aws_session_token": "t"}) == {
         "region": "eu-west-1",
         "session_token": "t",
+        "request_timeout": 30.0,
     }
     assert s3_filesystem_args({"region": "us-east-2"})["region"] == "us-east-2"  # options win
 
@@ -121,7 +124,7 @@ def test_credentials_stay_out_of_errors(s3_server: S3Server, prefix: str) -> Non
     shown = redact(f"signature mismatch for {SECRET_KEY}", s3_server.storage_options)
     assert shown == "signature mismatch for ***"
     lance_only = {**s3_server.storage_options, "timeout": "30s"}  # a table's options work
-    assert "timeout" not in str(s3_filesystem_args(lance_only))
+    assert "30s" not in str(s3_filesystem_args(lance_only))  # Lance's own, not pyarrow's
     wrong = {**s3_server.storage_options, "aws_access_key_id": "someone-else"}
     save(make_state(), prefix + "a.json", storage_options=s3_server.storage_options)
     # moto accepts any key, so provoke a store error another way: a bucket that is not there

@@ -221,6 +221,17 @@ def test_a_refused_open_and_checkpoint_show_no_key(
     _assert_no_key(loaded.value)
 
 
+def test_a_store_slower_than_the_sdks_3_s_still_loads_a_checkpoint(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    # every answer 3.5 s late: the AWS SDK's own 3 s request timeout failed this load
+    options = {**_through(proxy, s3_server), "read_deadline": "60"}
+    state = make_state()
+    uri = checkpoint.save(state, f"s3://{s3_server.make_bucket()}/c/", storage_options=options)
+    proxy.faults = Faults(delay_s=3.5)
+    assert checkpoint.load(uri, storage_options=options) == state
+
+
 # -- 12. a load during a save of the same object -------------------------------------------
 
 

@@ -91,8 +91,9 @@ def s3_filesystem_args(storage_options: Mapping[str, Any] | None) -> dict[str, A
 
     The environment's `AWS_*` variables fill what the options leave out (options win).
     Options pyarrow has no equivalent for (Lance's `timeout`, `virtual_hosted_style_request`,
-    the loader's `read_deadline`, ...) are left out, so the dict that opens a table also opens
-    its checkpoints.
+    ...) are left out, so the dict that opens a table also opens its checkpoints. One request
+    may stall for half the `read_deadline` (the AWS SDK's own 3 s would fail a checkpoint on a
+    store that is merely slow); the deadline still bounds the whole operation.
     """
     merged: dict[str, Any] = {**options_from_env(), **(storage_options or {})}
     args: dict[str, Any] = {}
@@ -110,6 +111,7 @@ def s3_filesystem_args(storage_options: Mapping[str, Any] | None) -> dict[str, A
         args["scheme"] = parts.scheme.lower() or ("http" if allow_http else "https")
     elif allow_http:
         args["scheme"] = "http"
+    args["request_timeout"] = read_deadline(merged) / 2
     return args
 
 
