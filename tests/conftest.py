@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from dashboard.launch import DashboardHandle, start_dashboard
 from loader.telemetry import client as telemetry_client
 from tests.tables import lancedb_table, make_rows, parquet_dir
 
@@ -51,3 +53,11 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
 
     with running_s3_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
+    """A real collector on 127.0.0.1 (no page), its own database, one per test module."""
+    db = tmp_path_factory.mktemp("collector") / "events.db"
+    with start_dashboard(port=0, db=str(db), ui=False) as handle:
+        yield handle

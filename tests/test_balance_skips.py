@@ -9,12 +9,11 @@ rows cannot be balanced, on W=2 they can.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from dashboard.launch import DashboardHandle, start_dashboard
+from dashboard.launch import DashboardHandle
 from dashboard.screens.progress import bars_html
 from loader import StreamingDataLoader, StreamingDataset
 from tests.net import get_json, wait_until
@@ -23,14 +22,6 @@ from tests.tables import make_rows
 pytestmark = pytest.mark.slow  # starts the collector
 
 ROWS = 202
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
-    with start_dashboard(
-        port=0, db=str(tmp_path_factory.mktemp("balance") / "c.db"), ui=False
-    ) as handle:
-        yield handle
 
 
 def _run(collector: DashboardHandle, world: int, run_id: str) -> tuple[int, int]:

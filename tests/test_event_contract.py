@@ -12,14 +12,14 @@ are refused when the loader is built.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from dashboard.launch import DashboardHandle, start_dashboard
+from dashboard.launch import DashboardHandle
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint
 from loader.telemetry.client import TelemetryClient, TelemetryWarning
 from tests.net import get_json, wait_until
@@ -28,14 +28,6 @@ pytestmark = pytest.mark.slow  # starts the collector and real loaders
 
 SEQ = 4
 Build = Callable[[int, int], Any]  # (rank, world size) -> a dataset
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
-    with start_dashboard(
-        port=0, db=str(tmp_path_factory.mktemp("contract") / "c.db"), ui=False
-    ) as h:
-        yield h
 
 
 def _rows(n: int, start: int = 0) -> pa.Table:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.client import ENV_API
-from dashboard.launch import DashboardHandle, start_dashboard
+from dashboard.launch import DashboardHandle
 from loader import MixedDataset, StreamingDataLoader, StreamingDataset, checkpoint
 from tests.batches import step_together
 from tests.net import wait_until
@@ -24,12 +23,6 @@ pytestmark = pytest.mark.slow  # starts the collector
 
 PROGRESS = Path(__file__).parent.parent / "dashboard" / "screens" / "progress.py"
 PLACEMENT = PROGRESS.with_name("placement.py")
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
-    with start_dashboard(port=0, db=str(tmp_path_factory.mktemp("mixtel") / "t.db"), ui=False) as h:
-        yield h
 
 
 def _get(url: str) -> Any:

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from dashboard.launch import DashboardHandle, start_dashboard
+from dashboard.launch import DashboardHandle
 from tests.net import get_json, wait_until
 
 pytestmark = pytest.mark.slow  # real processes (each imports torch through `loader`)
@@ -31,12 +30,6 @@ wait_until(lambda: client.sent, 60, "a first report sent")
 print("ready", flush=True)
 threading.Event().wait()  # "training" until the test terminates it
 """
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardHandle]:
-    with start_dashboard(port=0, db=str(tmp_path_factory.mktemp("term") / "t.db"), ui=False) as h:
-        yield h
 
 
 def _start(url: str, run: str, world: int, **env: str) -> list[subprocess.Popen[str]]:
