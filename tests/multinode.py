@@ -36,7 +36,7 @@ COMMANDS = {
     ),
     "reference": "python examples/train_ddp.py --nproc 1 --db $DB $OPTIONS $TRAIN_ARGS",
     "elastic_node": (
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 1:3 --nproc-per-node 2 "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 1:2 --nproc-per-node 2 "
         "--max-restarts 3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$RDZV_PORT "
         "--rdzv-id $RDZV_ID examples/train_ddp.py --db $DB $TRAIN_ARGS --resume"
     ),

@@ -1,7 +1,8 @@
-"""torchrun --nnodes 1:3: a node dies and the job goes on with fewer ranks; a node joins and it
+"""torchrun --nnodes 1:2: a node dies and the job goes on with fewer ranks; a node joins and it
 goes on with more; every row once across both changes, and the weights of an uninterrupted run.
 
-Three torchrun agents on one machine, one elastic rendezvous, `--max-restarts 3`: no test
+Three torchrun agents on one machine (never more than two at once, so a rendezvous with two
+completes without waiting for a third), one elastic rendezvous, `--max-restarts 3`: no test
 code restarts anything, the agents do. The job holds at known steps (`--hold-at-step`,
 examples/drills.py) so that each change lands at a known place:
 
