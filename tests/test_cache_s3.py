@@ -132,3 +132,41 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
     assert limited == reference[1]
     kept = sum(p.stat().st_size for p in small.glob("*/files/data/*.lance"))
     assert kept <= limit
+
+
+@pytest.mark.slow
+def test_the_store_bytes_it_counts_are_the_proxys_but_manifests_and_headers(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """`bytes_from_store` counts each data file fetched whole, once; what else the store
+    serves is the manifest (once per thread opening the mirror), listings, HEADs and HTTP
+    headers (docs/cache.md, "What the counters count"). A cold epoch, w = 0, the default
+    prefetch and reads in flight; the proxy counts per request."""
+    from loader.cache_stats import node_stats
+
+    bucket = s3_server.make_bucket()
+    uri = f"s3://{bucket}/t.lance"
+    lance.write_dataset(
+        _table(), uri, max_rows_per_file=PER_FILE, storage_options=s3_server.storage_options
+    )
+    store = s3_server.pyarrow_fs()
+    sizes = {
+        f"GET /{info.path}": info.size
+        for info in store.get_file_info(fs.FileSelector(f"{bucket}/t.lance/data"))
+    }
+    with FaultProxy((s3_server.host, s3_server.port)) as proxy:
+        options = {**s3_server.storage_options, "endpoint": proxy.endpoint}
+        ds = StreamingDataset(
+            uri, num_splits=SPLITS, shuffle_seed=7, version=1, storage_options=options,
+            cache_dir=tmp_path / "cache", rank=0, world_size=1,
+        )  # fmt: skip
+        assert sum(map(len, _ids(StreamingDataLoader(ds, batch_size=BATCH)))) == ROWS
+        served = dict(proxy.counts.by_request)
+    counts = node_stats(str(tmp_path / "cache"), since=0)
+    assert counts["misses"] == len(sizes) and counts["bytes_from_store"] == sum(sizes.values())
+    for key, size in sizes.items():  # each file whole, once: its bytes and one answer's head
+        assert size <= served.pop(key) <= size + 1024, key
+    rest = {k: v for k, v in served.items() if not k.startswith("HEAD ")}
+    outside = [k for k in rest if k != f"GET /{bucket}" and "/_versions/" not in k]
+    assert not outside, f"the store served more than the cache counted: {outside}"
+    assert sum(served.values()) <= 0.05 * sum(sizes.values()), served
