@@ -1,0 +1,64 @@
+"""A pinned version's mirror in the node cache: the table's identity, kept apart from its files.
+
+Lance opens a cached table on a *mirror* folder per pinned version: that version's manifest
+(`_versions/`) and links `data/` and `_deletions/` to the node's shared file store
+(`loader.cache`), so the plan and the read code are unchanged. Manifests are never cached
+blindly: one is fetched from the store when the mirror lacks it, and used only once the
+opened mirror's `version_id` equals the pinned one, so a table rewritten under the same
+name and version number never reads a stale copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from loader.cache import CacheFileError, NodeCache
+from loader.storage.locations import pyarrow_filesystem
+
+
+def open_mirror(
+    cache: NodeCache, version: int, version_id: str, opener: Any, identity_of: Any
+) -> Any:
+    """The dataset at `version`, opened on the node's mirror and checked against the pin
+    (`NodeCache.mirror`). The manifest is fetched again when the mirror lacks it or the
+    opened mirror is not the pinned content."""
+    digest = hashlib.sha256(version_id.encode()).hexdigest()[:20]
+    where = cache.base / f"v{version}-{digest}"
+    for sub in ("data", "_deletions"):
+        (cache.files / sub).mkdir(parents=True, exist_ok=True)
+    (where / "_versions").mkdir(parents=True, exist_ok=True)
+    for sub in ("data", "_deletions"):
+        link = where / sub
+        if not link.is_symlink():
+            with contextlib.suppress(FileExistsError):
+                link.symlink_to(cache.files / sub, target_is_directory=True)
+    for attempt in range(2):
+        if attempt or not any((where / "_versions").iterdir()):
+            fetch_manifests(cache, version, where / "_versions")
+        try:
+            dataset = opener(str(where))
+        except (ValueError, OSError, RuntimeError):
+            continue  # no or a damaged manifest: fetched again
+        if identity_of(dataset) == version_id:
+            return dataset
+    raise CacheFileError(
+        f"the cache mirror {where} of {cache.uri!r} at version {version} does not match the "
+        f"pinned version's identity {version_id} even after fetching its manifest again: "
+        f"the table was rewritten; resume from a fresh state"
+    )
+
+
+def fetch_manifests(cache: NodeCache, version: int, folder: Path) -> None:
+    """Copy the store's manifests of `version` (either naming scheme) into the mirror; not
+    counted in `bytes_from_store` (docs/cache.md, "What the counters count")."""
+    from pyarrow import fs
+
+    filesystem, root = pyarrow_filesystem(cache.uri, cache.options)
+    names = {f"{version}.manifest", f"{(2**64 - 1) - version:020d}.manifest"}
+    for info in filesystem.get_file_info(fs.FileSelector(f"{root}/_versions")):
+        name = info.path.rsplit("/", 1)[-1]
+        if name in names:
+            cache.download(filesystem, info.path, folder / name, count=False)
