@@ -55,7 +55,8 @@ def _rows_case(name: str, uri: str) -> Callable[[], Iterable[Any]]:
 
 
 def measure(args: argparse.Namespace, server: Any = None) -> dict[str, Any]:
-    """Every repetition's figures: {"cache": [...], "item7": [...], "item8": [...]}."""
+    """Every repetition's figures: {"cache": [...], "item7": [...], "item8": [...]}, and
+    the load average as the repetitions start."""
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
         if server is None:
@@ -69,7 +70,8 @@ def measure(args: argparse.Namespace, server: Any = None) -> dict[str, Any]:
         for name in ("ours", "lance_torch"):  # warm-up: page cache, Numba, imports
             rows35.rate(_rows_case(name, rows_uri), min(50_000, args.rows // 2))
         next(iter(packing.ours(tokens)))  # the packing kernels load
-        out: dict[str, list[Any]] = {"cache": [], "item7": [], "item8": []}
+        out: dict[str, Any] = {"cache": [], "item7": [], "item8": []}
+        out["load_start"] = os.getloadavg()[0]
         for rep in range(args.reps):
             out["cache"].append(cache_bench.one_round(s3_uri, server, proxy, f"{tmp}/c{rep}"))
             seven = {}
@@ -120,12 +122,16 @@ def report(args: argparse.Namespace, runs: dict[str, Any]) -> dict[str, Any]:
     figures = summary(runs)
     load = os.getloadavg()[0]
     print(
-        f"\nissue #35, one run: {args.reps} repetitions, load average {load:.1f}; cache: "
+        f"\nissue #35, one run: {args.reps} repetitions, load average {runs['load_start']:.1f} "
+        f"at the start, {load:.1f} at the end; cache: "
         f"{args.cache_rows:,} rows on moto +{args.delay_ms:g} ms; item 7: {args.rows:,} rows; "
         f"item 8: {args.docs:,} documents\n"
     )
     print("| section | figure | median | range |\n|---|---|---:|---:|")
-    medians: dict[str, Any] = {"reps": args.reps, "load_average": round(load, 2)}
+    medians: dict[str, Any] = {
+        "reps": args.reps,
+        "load_average": [round(runs["load_start"], 2), round(load, 2)],
+    }
     for section, values in figures.items():
         medians[section] = {}
         for name, series in values.items():

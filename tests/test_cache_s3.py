@@ -107,6 +107,7 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
 
         try:
             cold = epoch(0)
+            first = dict(proxy.counts.by_request)
             warm = epoch(1)
             proxy.faults = Faults(answer=DOWN)  # the store stops answering
             epoch(2)
@@ -122,6 +123,8 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
             for p in procs:
                 p.join(60)
     assert cold >= table_bytes * 0.9, (cold, table_bytes)
+    for info in data:  # one downloader per node: each file's bytes and one answer's head
+        assert info.size <= first[f"GET /{info.path}"] <= info.size + 1024, info.path
     assert warm <= 0.05 * table_bytes, f"epoch 2 read {warm} of {table_bytes} bytes from the store"
     assert refetched > 0 and _whole(victim), "the corrupted file was fetched again"
 
