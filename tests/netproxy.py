@@ -10,6 +10,11 @@ cut: the connection is reset after `cut_after_bytes` of its response (0: before 
 `answer` set, the proxy answers every request itself with those bytes (an HTTP response:
 `http_response` builds one, e.g. S3's 403 or a 500) and closes the connection.
 
+It counts the bytes each request's answer brings back (`Counts.by_request`, by method and
+path). A server that closes its connection after answering (moto does, every request)
+ends the client's side with a FIN after the last byte; only an injected cut resets it (a
+reset drops what the client has not read yet, and S3 clients fetch that range again).
+
 One thread per direction per connection, at most `max_connections` at once (more are
 refused); `close()` stops everything and joins the threads.
 """
