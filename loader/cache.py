@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from loader.cache_mirror import mirror_folder, open_mirror
 from loader.cache_plan import FileUses, belady_order
 from loader.cache_stats import CacheCounts
 from loader.storage import is_object_store, normalise_uri
@@ -124,9 +125,15 @@ class NodeCache:
         (`loader.cache_mirror`). `opener(url)` opens a Lance dataset at `version`;
         `identity_of(dataset)` is its version identity (the source's own rule, passed in so
         the cache never imports the source)."""
-        from loader.cache_mirror import open_mirror  # that module imports this one
-
-        return open_mirror(self, version, version_id, opener, identity_of)
+        dataset = open_mirror(self, version, version_id, opener, identity_of)
+        if dataset is None:
+            raise CacheFileError(
+                f"the cache mirror {mirror_folder(self, version, version_id)} of {self.uri!r} "
+                f"at version {version} does not match the pinned version's identity "
+                f"{version_id} even after fetching its manifest again: the table was "
+                f"rewritten; resume from a fresh state"
+            )
+        return dataset
 
     # -- files --------------------------------------------------------------------------
 

@@ -17,20 +17,38 @@ import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from loader.cache import CacheFileError, NodeCache
 from loader.storage.locations import pyarrow_filesystem
 
 
+class MirroredCache(Protocol):
+    """What the mirror needs of the node's cache (`loader.cache.NodeCache`)."""
+
+    uri: str
+    options: dict[str, str] | None
+
+    @property
+    def base(self) -> Path: ...
+
+    @property
+    def files(self) -> Path: ...
+
+    def download(self, filesystem: Any, path: str, target: Path, count: bool) -> int: ...
+
+
+def mirror_folder(cache: MirroredCache, version: int, version_id: str) -> Path:
+    """The mirror of the pinned version: its version number and a digest of its identity."""
+    return cache.base / f"v{version}-{hashlib.sha256(version_id.encode()).hexdigest()[:20]}"
+
+
 def open_mirror(
-    cache: NodeCache, version: int, version_id: str, opener: Any, identity_of: Any
-) -> Any:
-    """The dataset at `version`, opened on the node's mirror and checked against the pin
-    (`NodeCache.mirror`). The manifest is fetched again when the mirror lacks it or the
-    opened mirror is not the pinned content."""
-    digest = hashlib.sha256(version_id.encode()).hexdigest()[:20]
-    where = cache.base / f"v{version}-{digest}"
+    cache: MirroredCache, version: int, version_id: str, opener: Any, identity_of: Any
+) -> Any | None:
+    """The dataset at `version`, opened on the node's mirror and checked against the pin;
+    None when it is not the pinned content even after fetching the manifest again (the
+    caller, `NodeCache.mirror`, raises). The manifest is fetched when the mirror lacks it."""
+    where = mirror_folder(cache, version, version_id)
     for sub in ("data", "_deletions"):
         (cache.files / sub).mkdir(parents=True, exist_ok=True)
     (where / "_versions").mkdir(parents=True, exist_ok=True)
@@ -50,14 +68,10 @@ def open_mirror(
             continue  # no or a damaged manifest: fetched again
         if identity_of(dataset) == version_id:
             return dataset
-    raise CacheFileError(
-        f"the cache mirror {where} of {cache.uri!r} at version {version} does not match the "
-        f"pinned version's identity {version_id} even after fetching its manifest again: "
-        f"the table was rewritten; resume from a fresh state"
-    )
+    return None
 
 
-def fetch_manifests(cache: NodeCache, version: int, folder: Path) -> None:
+def fetch_manifests(cache: MirroredCache, version: int, folder: Path) -> None:
     """Copy the store's manifests of `version` (either naming scheme) into the mirror; not
     counted in `bytes_from_store` (docs/cache.md, "What the counters count")."""
     from pyarrow import fs
