@@ -5,12 +5,10 @@ each data and deletion file it writes with a fresh random id and never rewrites 
 file, once whole, is valid for every version that lists it. The cache only decides where
 bytes come from; the plan alone decides the order (design.md, "Round 5 contract").
 
-How Lance reads from it: a *mirror* folder per pinned version holds that version's manifest
-(`_versions/`) and links `data/` and `_deletions/` to the shared file store; the dataset is
-opened on the mirror, so the plan and the read code are unchanged. Before a read touches a
-fragment, its files are materialised (`ensure`). The manifest is fetched from the store when
-the mirror lacks it and is used only once the opened mirror's `version_id` equals the pinned
-one: a table rewritten under the same name and version number never reads a stale copy.
+How Lance reads from it: the dataset is opened on a *mirror* folder per pinned version
+(`loader.cache_mirror`: its manifest, checked against the pin, and links to the shared file
+store), so the plan and the read code are unchanged. Before a read touches a fragment, its
+files are materialised (`ensure`).
 
 Writers are safe together: one `fcntl` lock per file, so one process of the node downloads
 and the others wait on it; bytes go to a temporary name, are fsynced, and renamed; a
@@ -42,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from loader.cache_mirror import mirror_folder, open_mirror
 from loader.cache_plan import FileUses, belady_order
 from loader.cache_stats import CacheCounts
 from loader.storage import is_object_store, normalise_uri
@@ -121,50 +120,20 @@ class NodeCache:
     def files(self) -> Path:
         return self.base / "files"
 
-    # -- the mirror ---------------------------------------------------------------------
-
     def mirror(self, version: int, version_id: str, opener: Any, identity_of: Any) -> Any:
-        """The dataset at `version`, opened on this node's mirror and checked against the pin.
-
-        `opener(url)` opens a Lance dataset at `version`; `identity_of(dataset)` is its version
-        identity (the source's own rule, passed in so the cache never imports the source). The manifest is fetched again when
-        the mirror lacks it or the opened mirror is not the pinned content."""
-        digest = hashlib.sha256(version_id.encode()).hexdigest()[:20]
-        where = self.base / f"v{version}-{digest}"
-        for sub in ("data", "_deletions"):
-            (self.files / sub).mkdir(parents=True, exist_ok=True)
-        (where / "_versions").mkdir(parents=True, exist_ok=True)
-        for sub in ("data", "_deletions"):
-            link = where / sub
-            if not link.is_symlink():
-                with contextlib.suppress(FileExistsError):
-                    link.symlink_to(self.files / sub, target_is_directory=True)
-        for attempt in range(2):
-            if attempt or not any((where / "_versions").iterdir()):
-                self._fetch_manifest(version, where / "_versions")
-            try:
-                dataset = opener(str(where))
-            except (ValueError, OSError, RuntimeError):
-                continue  # no or a damaged manifest: fetched again
-            if identity_of(dataset) == version_id:
-                return dataset
-        raise CacheFileError(
-            f"the cache mirror {where} of {self.uri!r} at version {version} does not match the "
-            f"pinned version's identity {version_id} even after fetching its manifest again: "
-            f"the table was rewritten; resume from a fresh state"
-        )
-
-    def _fetch_manifest(self, version: int, folder: Path) -> None:
-        """Copy the store's manifests of `version` (either naming scheme) into the mirror."""
-        filesystem, root = pyarrow_filesystem(self.uri, self.options)
-        from pyarrow import fs
-
-        names = {f"{version}.manifest", f"{(2**64 - 1) - version:020d}.manifest"}
-        listed = filesystem.get_file_info(fs.FileSelector(f"{root}/_versions"))
-        for info in listed:
-            name = info.path.rsplit("/", 1)[-1]
-            if name in names:
-                self._download(filesystem, info.path, folder / name, count=False)
+        """The dataset at `version`, opened on this node's mirror and checked against the pin
+        (`loader.cache_mirror`). `opener(url)` opens a Lance dataset at `version`;
+        `identity_of(dataset)` is its version identity (the source's own rule, passed in so
+        the cache never imports the source)."""
+        dataset = open_mirror(self, version, version_id, opener, identity_of)
+        if dataset is None:
+            raise CacheFileError(
+                f"the cache mirror {mirror_folder(self, version, version_id)} of {self.uri!r} "
+                f"at version {version} does not match the pinned version's identity "
+                f"{version_id} even after fetching its manifest again: the table was "
+                f"rewritten; resume from a fresh state"
+            )
+        return dataset
 
     # -- files --------------------------------------------------------------------------
 
@@ -274,7 +243,7 @@ class NodeCache:
                     self._evict(keep)
                 refetch = target.exists() or _sum_path(target).exists()
                 filesystem, root = pyarrow_filesystem(self.uri, self.options)
-                size = self._download(filesystem, f"{root}/{rel}", target, count=True)
+                size = self.download(filesystem, f"{root}/{rel}", target, count=True)
                 with self._lock:
                     self.counts.misses += 1
                     self.counts.refetched += int(refetch)
@@ -290,7 +259,7 @@ class NodeCache:
                 self._verified.add(rel)
         return fetched
 
-    def _download(self, filesystem: Any, path: str, target: Path, count: bool) -> int:
+    def download(self, filesystem: Any, path: str, target: Path, count: bool) -> int:
         """Stream one object to a temporary name, sum it, write the sidecar, rename."""
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -10,6 +10,11 @@ cut: the connection is reset after `cut_after_bytes` of its response (0: before 
 `answer` set, the proxy answers every request itself with those bytes (an HTTP response:
 `http_response` builds one, e.g. S3's 403 or a 500) and closes the connection.
 
+It counts the bytes each request's answer brings back (`Counts.by_request`, by method and
+path). A server that closes its connection after answering (moto does, every request)
+ends the client's side with a FIN after the last byte; only an injected cut resets it (a
+reset drops what the client has not read yet, and S3 clients fetch that range again).
+
 One thread per direction per connection, at most `max_connections` at once (more are
 refused); `close()` stops everything and joins the threads.
 """
@@ -66,6 +71,7 @@ class Counts:
     refused: int = 0
     answered: int = 0
     bytes_down: int = 0  # bytes the server sent back through the proxy
+    by_request: dict[str, int] = field(default_factory=dict)  # "GET /bucket/key": bytes down
 
 
 @dataclass(eq=False)
@@ -76,6 +82,7 @@ class _Link:
     upstream: socket.socket
     awaiting_request: bool = True
     cut_left: int | None = None
+    request: str = ""  # the request line's method and path (query left out) being answered
     closed: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -91,6 +98,13 @@ class _Link:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+def _request_key(data: bytes) -> str:
+    """'GET /bucket/key' from the first bytes of a request (the query string left out)."""
+    method, _, rest = data.split(b"\r\n", 1)[0].partition(b" ")
+    path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+    return f"{method.decode(errors='replace')} {path.decode(errors='replace')}"
 
 
 class FaultProxy:
@@ -188,6 +202,7 @@ class FaultProxy:
             while data := link.client.recv(_CHUNK):
                 if link.awaiting_request:
                     link.awaiting_request = False
+                    link.request = _request_key(data)
                     if self.faults.delay_s:
                         time.sleep(self.faults.delay_s)  # the injected round trip
                     if self.faults.answer:
@@ -237,6 +252,11 @@ class FaultProxy:
                 link.client.sendall(data)
                 with self._lock:
                     self.counts.bytes_down += len(data)
+                    by = self.counts.by_request
+                    by[link.request] = by.get(link.request, 0) + len(data)
+            else:  # the server closed after answering (moto does, each request): a FIN
+                link.client.shutdown(socket.SHUT_WR)  # after the bytes still in flight,
+                return  # not a reset that drops them; the client's close ends the link
         except OSError:
             pass
         self._forget(link)

@@ -13,9 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import loader
 from loader import StreamingDataset
 from loader.cache import CacheSpec, NodeCache, fragment_files, parse_limit
 from loader.sources.lance import version_id
+from tests.imports import assert_no_cycle, import_graph
 
 ROWS, PER_FILE = 2000, 250
 
@@ -113,6 +115,14 @@ def test_one_downloader_per_file_among_concurrent_readers(table: str, tmp_path: 
     assert version_id(
         caches[0].mirror(ds.version, version_id(ds), lance.dataset, version_id)
     ) == version_id(ds)
+
+
+def test_the_cache_modules_import_without_a_cycle() -> None:
+    """The mirror (table identity) is below the cache's files: it never imports them."""
+    graph = import_graph(Path(loader.__file__).parent, "loader")
+    cache = {name for name in graph if name.startswith("cache")}
+    assert graph["cache_mirror"] & cache == set()
+    assert_no_cycle({name: graph[name] & cache for name in cache})
 
 
 def test_cache_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, table: str) -> None:

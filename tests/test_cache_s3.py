@@ -107,6 +107,7 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
 
         try:
             cold = epoch(0)
+            first = dict(proxy.counts.by_request)
             warm = epoch(1)
             proxy.faults = Faults(answer=DOWN)  # the store stops answering
             epoch(2)
@@ -122,6 +123,8 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
             for p in procs:
                 p.join(60)
     assert cold >= table_bytes * 0.9, (cold, table_bytes)
+    for info in data:  # one downloader per node: each file's bytes and one answer's head
+        assert info.size <= first[f"GET /{info.path}"] <= info.size + 1024, info.path
     assert warm <= 0.05 * table_bytes, f"epoch 2 read {warm} of {table_bytes} bytes from the store"
     assert refetched > 0 and _whole(victim), "the corrupted file was fetched again"
 
@@ -132,3 +135,90 @@ def test_a_cached_node_reads_identical_batches_from_the_store_once(
     assert limited == reference[1]
     kept = sum(p.stat().st_size for p in small.glob("*/files/data/*.lance"))
     assert kept <= limit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefetch", [0, None], ids=["prefetch-off", "prefetch-on"])
+def test_the_store_bytes_it_counts_are_the_proxys_but_manifests_and_headers(
+    s3_server: S3Server, tmp_path: Path, prefetch: int | None
+) -> None:
+    """`bytes_from_store` counts each data file fetched whole, once; what else the store
+    serves is the manifest (read by Lance to pin the version, fetched once into the mirror),
+    the listing of `_versions/`, HEADs and HTTP headers (docs/cache.md, "What the counters
+    count"). A cold epoch, w = 0, the default reads in flight (the read threads open the
+    mirror at once when nothing prefetches); the proxy counts per request."""
+    from loader.cache_stats import node_stats
+
+    bucket = s3_server.make_bucket()
+    uri = f"s3://{bucket}/t.lance"
+    lance.write_dataset(
+        _table(), uri, max_rows_per_file=PER_FILE, storage_options=s3_server.storage_options
+    )
+    store = s3_server.pyarrow_fs()
+    sizes = {
+        f"GET /{info.path}": info.size
+        for folder in ("data", "_versions")
+        for info in store.get_file_info(fs.FileSelector(f"{bucket}/t.lance/{folder}"))
+    }
+    (manifest,) = [key for key in sizes if "/_versions/" in key]
+    manifest_size = sizes.pop(manifest)
+    with FaultProxy((s3_server.host, s3_server.port)) as proxy:
+        options = {**s3_server.storage_options, "endpoint": proxy.endpoint}
+        ds = StreamingDataset(
+            uri, num_splits=8, shuffle_seed=7, version=1, storage_options=options,
+            cache_dir=tmp_path / "cache", rank=0, world_size=1, shuffle_clump_size=64,
+        )  # fmt: skip
+        loader = StreamingDataLoader(ds, batch_size=16, cache_prefetch_bytes=prefetch)
+        assert sum(map(len, _ids(loader))) == ROWS
+        served = dict(proxy.counts.by_request)
+    counts = node_stats(str(tmp_path / "cache"), since=0)
+    assert counts["misses"] == len(sizes) and counts["bytes_from_store"] == sum(sizes.values())
+    for key, size in sizes.items():  # each file whole, once: its bytes and one answer's head
+        assert size <= served.pop(key) <= size + 1024, key
+    assert served.pop(manifest) <= 2 * (manifest_size + 1024), "the manifest: the pin, the mirror"
+    rest = {k: v for k, v in served.items() if not k.startswith("HEAD ")}
+    outside = [k for k in rest if k != f"GET /{bucket}" and "/_versions/" not in k]
+    assert not outside, f"the store served more than the cache counted: {outside}"
+    assert sum(served.values()) <= 0.05 * sum(sizes.values()), served
+
+
+@pytest.mark.slow
+def test_threads_opening_one_mirror_at_once_fetch_its_manifest_once(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A node's read threads (and processes) opening a mirror together, before any has it:
+    one fetches the manifest, the others wait for it (a lock per mirror), not one fetch
+    each. Separate `NodeCache`s stand for processes; 50 ms a request widens the window."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from loader.cache import CacheSpec, NodeCache
+    from loader.sources.lance import version_id
+
+    bucket = s3_server.make_bucket()
+    uri = f"s3://{bucket}/t.lance"
+    lance.write_dataset(_table(), uri, storage_options=s3_server.storage_options)
+    pinned = lance.dataset(uri, storage_options=s3_server.storage_options)
+    store = s3_server.pyarrow_fs()
+    (manifest,) = store.get_file_info(fs.FileSelector(f"{bucket}/t.lance/_versions"))
+    spec, start = CacheSpec(str(tmp_path / "c")), Barrier(8)
+    with FaultProxy((s3_server.host, s3_server.port), Faults(delay_s=0.05)) as proxy:
+        options = {**s3_server.storage_options, "endpoint": proxy.endpoint}
+
+        def open_mirror(_: int) -> str:
+            cache = NodeCache(spec, uri, options)
+            start.wait(timeout=60)
+            opened = cache.mirror(
+                pinned.version,
+                version_id(pinned),
+                lambda url: lance.dataset(url, version=pinned.version),
+                version_id,
+            )
+            return version_id(opened)
+
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(open_mirror, range(8))) == [version_id(pinned)] * 8
+        served = proxy.counts.by_request.get(f"GET /{manifest.path}", 0)
+    assert manifest.size <= served <= manifest.size + 1024, (
+        f"{served} bytes served for a manifest of {manifest.size}: fetched more than once"
+    )

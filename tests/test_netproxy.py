@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,15 +37,35 @@ class _KeepAlive(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def keep_alive_server() -> Iterator[tuple[str, int]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+class _Closing(_KeepAlive):
+    protocol_version = "HTTP/1.0"  # answers, then closes the connection, as moto does
+    body = bytes(range(256)) * 4096  # 1 MiB: fits the loopback socket buffers
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[tuple[str, int]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield "127.0.0.1", server.server_address[1]
     server.shutdown()
     server.server_close()
     thread.join(10)
+
+
+@pytest.fixture
+def closing_server() -> Iterator[tuple[str, int]]:
+    yield from _serve(_Closing)
+
+
+@pytest.fixture
+def keep_alive_server() -> Iterator[tuple[str, int]]:
+    yield from _serve(_KeepAlive)
 
 
 def test_each_request_on_a_kept_alive_connection_is_delayed_and_counted(
@@ -75,6 +97,34 @@ def test_every_kth_request_is_cut_and_the_rest_pass(s3_server: S3Server) -> None
             conn.close()
         assert outcomes == [200, "cut", 200, "cut"]
         assert proxy.counts.dropped == 2
+
+
+def test_a_server_closing_after_its_answer_delivers_it_whole_once(
+    closing_server: tuple[str, int],
+) -> None:
+    """The server closing its side ends the client's response with a FIN after every byte,
+    not a reset that drops what the client has not read yet: the AWS SDK retried such
+    responses (the proxy then counted the bytes twice, issue #35's 2-2.6x)."""
+    with FaultProxy(closing_server) as proxy:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 15)  # the rest waits in
+        client.settimeout(10)  # the proxy's send buffer until the client reads it
+        client.connect((proxy.host, proxy.port))
+        client.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 30
+        while any(t.name == "proxy-down" and t.is_alive() for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the proxy never saw the server close"
+            time.sleep(0.01)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := client.recv(1 << 16):
+                received += piece
+        client.close()
+        body = received.partition(b"\r\n\r\n")[2]
+        assert len(body) == len(_Closing.body), "the tail was dropped by a reset"
+        assert body == _Closing.body
+        assert proxy.counts.bytes_down == len(received)
+        assert proxy.counts.by_request == {"GET /x": len(received)}
 
 
 def test_bad_faults_are_refused_with_the_field() -> None:

@@ -71,7 +71,7 @@ FAMILIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
     *((f"cache_{key}", "counter", f"node_cache_{key}", text, NODE) for key, text in (
         ("hits", "Data-file reads a node's cache served (its latest report)"),
         ("misses", "Data files a node fetched from the store into its cache"),
-        ("bytes_from_store", "Bytes a node's cache fetched from the object store"),
+        ("bytes_from_store", "Bytes of data files a node's cache fetched from the store (not manifests, headers)"),
         ("bytes_from_cache", "Bytes of data files a node read from its cache"),
         ("evictions", "Files a node's cache evicted to stay under cache_limit"),
         ("refetched", "Cached files found damaged or missing and fetched again"),
