@@ -11,8 +11,8 @@ export NUMBA_THREADING_LAYER ?= workqueue
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 chromium:

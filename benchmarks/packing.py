@@ -5,7 +5,8 @@ Runs in the project's own venv (lancedb.streaming ships with lancedb; LitData is
     PYTHONPATH=. benchmarks/.venv/bin/python benchmarks/packing.py [--docs 20000] [--reps 3]
 
 (the project's .venv runs it too, without the LitData row; `--scan-only --s3-docs 0` runs
-only ours, ours narrow, the raw scan and the raw take: the ÷ scan A/B of issue #35 item 8.)
+only ours, ours narrow, the raw scan, the raw take and ours' reads without the loader's
+loop: the ÷ scan A/B of issue #35 item 8 and where its time goes.)
 
 - `tokens/s ours ÷ lancedb.streaming`: both pack the same `list<int32>` column into blocks
   of 2048 (S = 4, rank 0 of 1, no workers, batches of 8 blocks), each drained for at most
@@ -149,6 +150,16 @@ def raw_take(loader: StreamingDataLoader) -> Iterable[int]:
         positions = np.sort(reader.plan.epoch(task.epoch).order(documents))
         column = reader._rows().take(positions).column("tokens").combine_chunks()
         yield len(column.values.to_numpy())
+
+
+def reads_only(loader: StreamingDataLoader) -> Iterable[int]:
+    """Ours' reads (take, packing kernel, cu_seqlens) and each batch cut from them, one read
+    at a time in this thread, without the loader's per-batch loop: the loader's row less
+    this one is what its loop costs. Yields tokens."""
+    reader = loader.streaming_dataset.reader
+    stream = loader.progress.peek(Batching(BATCH, False))
+    for task in stream.tasks(loader.batches_per_read):
+        yield sum(_tokens(batch) for batch in reader.batches(task))
 
 
 def raw_read(table: Any) -> Iterable[np.ndarray]:
@@ -311,6 +322,7 @@ def main() -> None:
             ("lancedb.streaming pack_sequences", lambda: drain(theirs(table, blocks), _tokens, args.seconds)),
             ("raw Lance scan of the column", lambda: drain(raw_read(table), len, args.seconds)),
             ("raw take of ours' documents", lambda: drain(raw_take(ours(table)), int, args.seconds)),
+            ("ours' reads, no loader loop", lambda: drain(reads_only(ours(table)), int, args.seconds)),
         ]  # fmt: skip
         if args.scan_only:
             readers = [r for r in readers if not r[0].startswith(("lancedb", "ours, shuffle"))]

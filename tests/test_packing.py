@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
 from loader.checkpoint import load, save
-from loader.kernels.ragged import _pack_blocks
+from loader.kernels.ragged import _batch_cu_seqlens, _pack_blocks
 from loader.packing import EpochBlocks
 from loader.read.packed_reader import IGNORE_INDEX, block_documents, cu_seqlens
 from tests import reference
@@ -43,10 +43,14 @@ def token_table(lengths: list[int]) -> pa.Table:
     lengths=st.lists(st.integers(0, 12), min_size=1, max_size=15),
     seq_len=st.integers(1, 9),
     extra=st.integers(0, 2),
+    cuts=st.sets(st.integers(1, 100)),
 )
-def test_blocks_match_the_twin(lengths: list[int], seq_len: int, extra: int) -> None:
+def test_blocks_match_the_twin(
+    lengths: list[int], seq_len: int, extra: int, cuts: set[int]
+) -> None:
     """Locating documents by prefix sums and the kernel give the definition's blocks,
-    padding blocks past the end included."""
+    padding blocks past the end included; a read's batches' cu_seqlens, made in one pass
+    (`_batch_cu_seqlens`), are the twin's batch by batch."""
     docs = documents(lengths)
     total = sum(lengths) + len(lengths)
     count = -(-total // seq_len) + extra
@@ -66,6 +70,12 @@ def test_blocks_match_the_twin(lengths: list[int], seq_len: int, extra: int) -> 
         cu = cu_seqlens(piece_starts, block_pieces, a, b, seq_len)
         assert cu.dtype == np.int32
         assert cu.tolist() == reference.cu_seqlens(fields[3][a:b].tolist())
+    bounds = np.array([0, *sorted(c for c in cuts if c < count), count], dtype=np.int64)
+    every, firsts = _batch_cu_seqlens(piece_starts, block_pieces, bounds, seq_len)
+    assert every.dtype == np.int32 and firsts[-1] == len(every)
+    for i, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
+        want_cu = cu_seqlens(piece_starts, block_pieces, a, b, seq_len)
+        assert every[firsts[i] : firsts[i + 1]].tolist() == want_cu.tolist()
 
 
 def split_documents(ds: StreamingDataset, lengths: list[int], epoch: int) -> list[list[list[int]]]:

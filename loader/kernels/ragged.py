@@ -146,6 +146,34 @@ def _pack_into(
 
 
 @njit
+def _batch_cu_seqlens(
+    piece_starts: NDArray[np.int64],
+    block_pieces: NDArray[np.int64],
+    bounds: NDArray[np.int64],
+    seq_len: int,
+) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    """`cu_seqlens` of every batch of a read, back to back: batch i (blocks [bounds[i],
+    bounds[i + 1])) gets `out[firsts[i]:firsts[i + 1]]`, the starts of its document pieces
+    (`_pack_into`'s piece starts, less the batch's first token) and its token count last.
+    One pass in the read thread, so handing out a batch is a slice (the NumPy twin:
+    `loader.read.packed_reader.cu_seqlens`, batch by batch)."""
+    batches = bounds.shape[0] - 1
+    firsts = np.empty(batches + 1, dtype=np.int64)
+    firsts[0] = 0
+    for i in range(batches):
+        firsts[i + 1] = firsts[i] + block_pieces[bounds[i + 1]] - block_pieces[bounds[i]] + 1
+    out = np.empty(firsts[batches], dtype=np.int32)
+    for i in range(batches):
+        a, b = bounds[i], bounds[i + 1]
+        base, k = a * seq_len, firsts[i]
+        for piece in range(block_pieces[a], block_pieces[b]):
+            out[k] = piece_starts[piece] - base
+            k += 1
+        out[k] = (b - a) * seq_len
+    return out, firsts
+
+
+@njit
 def _sample_index(
     prefix: NDArray[np.int64], seq_len: int, blocks: int
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:

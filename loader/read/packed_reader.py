@@ -19,6 +19,7 @@ int32 ones, with `pack_fields`/`pack_dtype`: `loader/packed_batch.py`):
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import get_worker_info
 
-from loader.kernels.ragged import _pack_into
+from loader.kernels.ragged import _batch_cu_seqlens, _pack_into
 from loader.packed_batch import IGNORE_INDEX
 from loader.packing import EpochBlocks, PackedTokens, PackSpec
 from loader.plan import PlanSpec
@@ -80,17 +81,21 @@ def cu_seqlens(
     return out
 
 
-# a read's fields (name -> (blocks, seq_len) tensor), the kernel's piece starts, seq_len,
-# and whether the batch holds cu_seqlens
-PackedWhole = tuple[dict[str, torch.Tensor], NDArray[np.int64], NDArray[np.int64], int, bool]
+# a read's fields (name -> (blocks, seq_len) tensor) and, when the batch holds cu_seqlens,
+# every batch's made in the read (`_batch_cu_seqlens`: the values, and (a, b) -> their span)
+PackedWhole = tuple[
+    dict[str, torch.Tensor], NDArray[np.int32] | None, dict[tuple[int, int], tuple[int, int]]
+]
 
 
 def cut_blocks(whole: PackedWhole, a: int, b: int) -> dict[str, torch.Tensor]:
-    """Blocks [a, b) of a read: views of its fields, and their `cu_seqlens`."""
-    fields, piece_starts, block_pieces, seq_len, with_cu = whole
+    """Blocks [a, b) of a read: views of its fields, and their `cu_seqlens` (a slice of the
+    read's, made beside the fields in the read thread: the batch's hand-out stays views)."""
+    fields, cu, spans = whole
     out = {name: field[a:b] for name, field in fields.items()}
-    if with_cu:
-        out["cu_seqlens"] = torch.from_numpy(cu_seqlens(piece_starts, block_pieces, a, b, seq_len))
+    if cu is not None:
+        first, last = spans[a, b]
+        out["cu_seqlens"] = torch.from_numpy(cu[first:last])
     return out
 
 
@@ -225,8 +230,14 @@ class PackedReader(BatchReader):
     def batches(self, task: BatchTask, sub_reads: int = 1) -> SlicedRead:
         """The task's batches of blocks, from one read (in up to `sub_reads` parts at once)."""
         names, fields, piece_starts, block_pieces = self.blocks(task, sub_reads)
-        spec = self.packing.spec
         storage = torch.from_numpy(fields)  # the fields stay views of one storage
         tensors = {name: storage[i] for i, name in enumerate(names)}
-        whole = (tensors, piece_starts, block_pieces, spec.seq_len, "cu_seqlens" in spec.fields)
-        return SlicedRead(whole, np.cumsum((0, *task.sizes)).tolist(), cut_blocks)
+        bounds = np.cumsum((0, *task.sizes), dtype=np.int64)
+        edges = bounds.tolist()
+        cu, spans = None, {}
+        if "cu_seqlens" in self.packing.spec.fields:
+            seq_len = self.packing.spec.seq_len
+            cu, firsts = _batch_cu_seqlens(piece_starts, block_pieces, bounds, seq_len)
+            batches, pieces = itertools.pairwise(edges), itertools.pairwise(firsts.tolist())
+            spans = dict(zip(batches, pieces, strict=True))
+        return SlicedRead((tensors, cu, spans), edges, cut_blocks)
