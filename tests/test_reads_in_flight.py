@@ -8,16 +8,25 @@ them, or fail with the table's URI, and never hand out part of a batch.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import lancedb
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from loader import StreamingDataLoader, StreamingDataset
-from loader.read.prefetch import MIN_ROWS_PER_PART, auto_reads_in_flight, parts_of
+from loader.read.prefetch import (
+    MIN_ROWS_PER_PART,
+    auto_reads_in_flight,
+    map_ahead,
+    parts_of,
+    take_in_parts,
+)
 from loader.sources import SourceSpec
 from tests.batches import ids
 from tests.netproxy import FaultProxy, Faults
@@ -152,3 +161,44 @@ def test_a_store_that_keeps_failing_raises_naming_the_uri_after_whole_batches_on
     assert received == reference[: len(received)], "whole batches, then the error"
     assert len(received) < len(reference)
     assert proxy.counts.dropped >= 4
+
+
+class _OneFails:
+    """Read 0 fails once read 1 has started; read 1 is still running then (it ends on its
+    own within `RUN_S`). What the caller sees must come after read 1 has ended: a failed read
+    leaves nothing running behind its error (a cache download still writing its temporary
+    file, issue 35's full-disk test)."""
+
+    RUN_S = 1.0
+
+    def __init__(self) -> None:
+        self.started, self.ended = threading.Event(), threading.Event()
+
+    def __call__(self, item: Any) -> Any:
+        first = int(item if isinstance(item, int) else item[0]) == 0
+        if first:
+            assert self.started.wait(30), "read 1 never started"
+            raise OSError("the cache disk is full")
+        self.started.set()
+        threading.Event().wait(self.RUN_S)  # a read that takes a while, then ends
+        self.ended.set()
+        return item
+
+
+def test_a_failed_read_raises_after_the_reads_in_flight_end() -> None:
+    read = _OneFails()
+    with pytest.raises(OSError, match="full"):
+        list(map_ahead(read, range(3), depth=3))
+    assert read.ended.is_set(), "the error was raised while another read still ran"
+
+
+def test_a_failed_part_raises_after_the_other_parts_end() -> None:
+    read = _OneFails()
+    positions = np.arange(2 * MIN_ROWS_PER_PART, dtype=np.int64)
+    pool = ThreadPoolExecutor(2)
+    try:
+        with pytest.raises(OSError, match="full"):
+            take_in_parts(read, positions, pool, reads_in_flight=2)
+        assert read.ended.is_set(), "the error was raised while another part still ran"
+    finally:
+        pool.shutdown(wait=True)

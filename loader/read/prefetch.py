@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
@@ -49,6 +49,7 @@ def map_ahead(fn: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[
     pool = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="elastic-loader-read")
     pending: deque[Future[R]] = deque()
     source = iter(items)
+    settled = False  # a failed read: the reads still running end before the error is raised
     try:
         for item in source:
             pending.append(pool.submit(fn, item))
@@ -56,8 +57,13 @@ def map_ahead(fn: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    except Exception:
+        pool.shutdown(wait=True, cancel_futures=True)
+        settled = True
+        raise
+    finally:  # the consumer stopped early: running reads finish in the background
+        if not settled:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def parts_of(count: int, reads_in_flight: int) -> list[tuple[int, int]]:
@@ -78,4 +84,5 @@ def take_in_parts(
     if pool is None or len(bounds) == 1:  # no part bounds computed without a pool
         return take(positions)
     futures = [pool.submit(take, positions[a:b]) for a, b in bounds]
+    wait(futures)  # a failed part raises only once no other part is running behind it
     return pa.concat_tables([f.result() for f in futures])
