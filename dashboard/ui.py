@@ -62,8 +62,11 @@ def choose(run_id: str) -> None:
     st.query_params[RUN] = run_id
 
 
-def fetch(view: str, run_id: str, **params: Any) -> Any:
-    """`client().<view>(run_id)`, or None (the status line says why; the next tick retries)."""
+def fetch(view: str, run_id: str | None, **params: Any) -> Any:
+    """`client().<view>(run_id)`, or None: no run chosen, or the collector did not answer (the
+    status line says why; the next tick retries)."""
+    if not run_id:
+        return None
     try:
         return getattr(client(), view)(run_id, **params)
     except CollectorError:

@@ -157,7 +157,7 @@ def _world_sizes(placement: dict[str, Any]) -> str:
 @st.fragment(run_every=ui.REFRESH)
 def live() -> None:
     run_id = ui.selected_run()
-    placement = ui.fetch("placement", run_id) if run_id else None
+    placement = ui.fetch("placement", run_id)
     if placement is None:
         return
     if placement.get("mixture"):

@@ -20,7 +20,7 @@ st.caption(
     "whole splits plus parts of the two at its edges); otherwise W must divide S."
 )
 run_id = ui.selected_run()
-placement = ui.fetch("placement", run_id) if run_id else None
+placement = ui.fetch("placement", run_id)
 mixed = ((placement or {}).get("mixture") or {}).get("datasets") or []
 chosen = 0
 if mixed:  # a mixture has no splits of its own: plan one of its datasets

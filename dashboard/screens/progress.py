@@ -112,16 +112,12 @@ def _behind(ranks: list[dict[str, Any]]) -> pd.DataFrame:
 @st.fragment(run_every=ui.REFRESH)
 def live() -> None:
     run_id = ui.selected_run()
-    progress = ui.fetch("progress", run_id) if run_id else None
+    progress = ui.fetch("progress", run_id)
     if progress is None:
         return
     _metrics(progress)
-    events = ui.fetch("events", run_id, kind="mixture") if run_id else None
-    live = (
-        ui.fetch("events", run_id, kind="mixture_progress", limit=100)
-        if run_id and events
-        else None
-    )
+    events = ui.fetch("events", run_id, kind="mixture")
+    live = ui.fetch("events", run_id, kind="mixture_progress", limit=100) if events else None
     mixed = mixture_frame((events or []) + (live or []))
     if mixed is not None:  # a mixture: per dataset, from the loader's `mixture` events
         st.html(mixture_head(progress))

@@ -39,7 +39,7 @@ def _verdict(data: dict[str, Any], unit: str) -> None:
 @st.fragment(run_every=ui.REFRESH)
 def live(window_s: int) -> None:
     run_id = ui.selected_run()
-    data = ui.fetch("throughput", run_id, window_s=window_s, points=120) if run_id else None
+    data = ui.fetch("throughput", run_id, window_s=window_s, points=120)
     if data is None:
         return
     tokens_per_s = data.get("tokens_per_s")
@@ -102,7 +102,7 @@ def _cache_row(n: dict[str, Any]) -> dict[str, str]:
 def cache_panel() -> None:
     """Per node and cache folder, its latest report: totals since its loader started."""
     run_id = ui.selected_run()
-    data = ui.fetch("caches", run_id) if run_id else None
+    data = ui.fetch("caches", run_id)
     if data is None:
         return
     st.subheader("Node cache")

@@ -12,7 +12,7 @@ from dashboard import charts, ui
 @st.fragment(run_every=ui.REFRESH)
 def live(by_step: bool) -> None:
     run_id = ui.selected_run()
-    items = ui.fetch("timeline", run_id) if run_id else None
+    items = ui.fetch("timeline", run_id)
     if items is None:
         return
     if not items:
@@ -36,7 +36,7 @@ def attempts() -> None:
     """A run's attempts (a crash and the resume from its checkpoint are two), when it has
     more than one: when each ran and how its processes ended."""
     run_id = ui.selected_run()
-    tried = ui.fetch("attempts", run_id) if run_id else None
+    tried = ui.fetch("attempts", run_id)
     if not tried or len(tried) < 2:
         return
     st.subheader("Attempts")
