@@ -73,7 +73,8 @@ def cu_seqlens(
     piece_starts: NDArray[np.int64], block_pieces: NDArray[np.int64], a: int, b: int, seq_len: int
 ) -> NDArray[np.int32]:
     """Start of every document piece in the flattened batch of blocks [a, b), and its
-    total length, from the kernel's piece starts (indices into all the task's blocks)."""
+    total length, from the kernel's piece starts (indices into all the task's blocks).
+    The NumPy twin of `_batch_cu_seqlens`, one batch at a time (tests compare the two)."""
     first, last = block_pieces[a], block_pieces[b]
     out = np.empty(last - first + 1, dtype=np.int32)
     np.subtract(piece_starts[first:last], a * seq_len, out=out[:-1], casting="unsafe")
